@@ -1,0 +1,137 @@
+"""Nightly who-to-follow: snapshot → dbt → CSR graph → mapped shard traversal → GX → publish.
+
+A declaration only: every task body is one call into ``recs.pipeline`` (the same functions the
+``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte for byte). Top-level
+imports are ``airflow.sdk``, ``pendulum``, the standard library and light ``recs`` modules; the
+heavy libraries (polars, duckdb, dbt, great_expectations) load inside the task processes.
+
+Schedule: one run per day at 01:00 UTC over the previous day's data interval; the run's
+``snapshot_date`` is the interval's start date (its logical date), so a backfill of a date
+recomputes exactly that date under its own ``runs/<snapshot_date>/<run_id>/`` folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pendulum
+from airflow.sdk import Asset, CronDataIntervalTimetable, dag, get_current_context, task
+
+from recs.assets import (
+    DUCKDB_WRITER_POOL,
+    PUBLISHED_ASSET_NAME,
+    PUBLISHED_ASSET_URI,
+    SNAPSHOT_ASSET_NAME,
+    SNAPSHOT_ASSET_URI,
+)
+
+SNAPSHOT = Asset(name=SNAPSHOT_ASSET_NAME, uri=SNAPSHOT_ASSET_URI)
+PUBLISHED = Asset(name=PUBLISHED_ASSET_NAME, uri=PUBLISHED_ASSET_URI)
+
+DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
+
+
+def _run_ref() -> dict[str, str]:
+    """The run reference every task receives: home, snapshot date and run id (small, XCom-able)."""
+    from recs.config import get_settings
+    from recs.runs import RunPaths
+
+    context = get_current_context()
+    dag_run = context["dag_run"]
+    logical = context.get("logical_date") or dag_run.run_after
+    paths = RunPaths.create(get_settings().home, logical.date(), dag_run.run_id)
+    return {
+        "home": str(paths.home),
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "run_id": paths.run_id,
+    }
+
+
+def _paths(run: dict[str, str]):
+    from recs.runs import RunPaths
+
+    return RunPaths.create(run["home"], run["snapshot_date"], run["run_id"])
+
+
+@dag(
+    dag_id="recs_who_to_follow_nightly",
+    schedule=CronDataIntervalTimetable("0 1 * * *", timezone="UTC"),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"owner": "recs"},
+    tags=["recs", "who-to-follow"],
+    doc_md=__doc__,
+)
+def recs_who_to_follow_nightly():
+    @task(outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
+    def freeze_snapshot() -> dict[str, str]:
+        """Consistent, non-blocking read of the live store into the run's snapshot Parquet."""
+        from recs import pipeline
+
+        run = _run_ref()
+        result = pipeline.freeze_snapshot(_paths(run))
+        get_current_context()["outlet_events"][SNAPSHOT].extra = {
+            "snapshot_dir": str(result.get("snapshot_dir", "")),
+            **run,
+        }
+        return run
+
+    @task(pool=DUCKDB_WRITER_POOL, **DATA_TASK_RETRIES)
+    def build_models(run: dict[str, str]) -> dict[str, str]:
+        """dbt build on the run's own DuckDB file (the pool keeps it to one writer)."""
+        from recs import pipeline
+
+        pipeline.build_models(_paths(run))
+        return run
+
+    @task(**DATA_TASK_RETRIES)
+    def build_graph(run: dict[str, str]) -> dict[str, str]:
+        """Capped CSR adjacency for the run, memory-mapped read-only by every shard task."""
+        from recs import pipeline
+
+        pipeline.build_graph(_paths(run))
+        return run
+
+    @task
+    def plan_shards(run: dict[str, str]) -> list[int]:
+        """The shard ids of this run, computed at run time from its frozen settings."""
+        from recs import pipeline
+
+        return pipeline.plan_shards(_paths(run))
+
+    @task(map_index_template="shard-{{ '%03d' % task.op_kwargs['shard_id'] }}", **DATA_TASK_RETRIES)
+    def traverse_shard(run: dict[str, str], shard_id: int) -> dict:
+        """Capped two-hop traversal, pruning, scoring and top-k for one shard."""
+        from recs import pipeline
+
+        return pipeline.traverse_shard(_paths(run), shard_id)
+
+    @task(retries=0)
+    def validate_run(run: dict[str, str], shard_results: list[dict]) -> dict[str, str]:
+        """Great Expectations gate: a failure fails the task and nothing is published."""
+        from recs import pipeline
+
+        pipeline.validate_run(_paths(run))
+        return run
+
+    @task(outlets=[PUBLISHED], **DATA_TASK_RETRIES)
+    def publish_run(run: dict[str, str]) -> dict:
+        """Write published/<run_id>/ and atomically swap CURRENT to it."""
+        from recs import pipeline
+
+        result = pipeline.publish_run(_paths(run))
+        get_current_context()["outlet_events"][PUBLISHED].extra = {
+            "version": str(result.get("version", run["run_id"])),
+            **run,
+        }
+        return result
+
+    run = freeze_snapshot()
+    modelled = build_models(run)
+    graph = build_graph(modelled)
+    shards = traverse_shard.partial(run=graph).expand(shard_id=plan_shards(graph))
+    publish_run(validate_run(graph, shards))
+
+
+recs_who_to_follow_nightly()

@@ -1,0 +1,106 @@
+"""Settings: every tunable of the design in one frozen object, read from ``RECS_*`` once.
+
+Light module: imports only pydantic-settings and the standard library, so DAG files may import
+it at parse time.
+
+Defaults and their source:
+
+- ``hop1_cap`` 200, ``hop2_cap`` 50: the design document's bounded two-hop BFS
+  (``bounded_second_degree(hop1_cap=200, hop2_cap_per_node=50)``).
+- ``min_mutual_count`` 2, ``max_candidates_to_score`` 500: its ``MIN_MUTUAL_COUNT`` and
+  ``MAX_CANDIDATES_TO_SCORE``.
+- ``mutual_weight`` 0.7, ``mutual_saturation`` 25, ``activity_weight`` 0.3,
+  ``half_life_days`` 14: its ``score_candidate`` / ``activity_recency_score``.
+- ``top_k`` 20: "the top twenty candidates per user are written".
+- ``eligibility_window_days`` 30: "users who were active in the last 30 days".
+- ``cold_start_account_age_hours`` 24, ``cold_start_min_following`` 5: its cold-start rule.
+- ``hub_in_degree_threshold``: the design uses 1,000,000 for 500 M users; ``None`` (default)
+  scales it to the graph: the in-degree at the ``hub_quantile`` (99.9th percentile), at least
+  ``hub_min_in_degree`` (100), so a 80 k-user graph still has a handful of hubs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """The validated, immutable configuration of one process.
+
+    Read from environment variables prefixed ``RECS_`` (``RECS_HOME``, ``RECS_SHARD_COUNT``,
+    ``RECS_HOP1_CAP``, ...). Raises ``pydantic.ValidationError`` on a bad value (a negative
+    cap, weights outside 0..1, ...), which the CLI turns into one readable line.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RECS_", frozen=True, extra="ignore")
+
+    home: Path = Field(Path("data"), description="Root of all state: live store, runs, published.")
+    store_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the live graph store; default sqlite:///<home>/live.db.",
+    )
+    datasets_dir: Path = Field(
+        Path(__file__).resolve().parents[3] / "shared" / "datasets",
+        description="Folder holding the real graph datasets (../shared/datasets).",
+    )
+
+    shard_count: int = Field(16, ge=1, le=1024, description="Mapped traversal tasks per run.")
+    hop1_cap: int = Field(200, ge=1, le=100_000, description="First-hop follows expanded per user.")
+    hop2_cap: int = Field(50, ge=1, le=100_000, description="Follows expanded per first-hop node.")
+    sample_seed: int = Field(
+        20_240_601, ge=0, lt=2**63, description="Seed of the deterministic capped sampling."
+    )
+    min_mutual_count: int = Field(2, ge=1, description="Candidates below this are pruned.")
+    max_candidates_to_score: int = Field(500, ge=1, description="Kept by mutual count, pre-score.")
+    top_k: int = Field(20, ge=1, le=1000, description="Rows kept per user after ranking.")
+    followed_by_count: int = Field(3, ge=0, le=16, description="Mutual ids kept per row.")
+
+    mutual_weight: float = Field(0.7, ge=0.0, le=1.0)
+    mutual_saturation: float = Field(25.0, gt=0.0, description="mutual_count that saturates.")
+    activity_weight: float = Field(0.3, ge=0.0, le=1.0)
+    half_life_days: float = Field(14.0, gt=0.0, description="Activity decay half-life, days.")
+
+    eligibility_window_days: int = Field(30, ge=1, description="Active within N days to refresh.")
+    hub_in_degree_threshold: int | None = Field(
+        None, ge=1, description="Fixed hub threshold; None scales it to the graph."
+    )
+    hub_quantile: float = Field(0.999, gt=0.0, lt=1.0)
+    hub_min_in_degree: int = Field(100, ge=1)
+    popularity_per_tag: int = Field(100, ge=1, description="Accounts kept per interest tag.")
+
+    cold_start_account_age_hours: float = Field(24.0, ge=0.0)
+    cold_start_min_following: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _weights_bound_the_score(self) -> Settings:
+        if self.mutual_weight + self.activity_weight > 1.0 + 1e-9:
+            raise ValueError("mutual_weight + activity_weight must not exceed 1.0")
+        return self
+
+    @property
+    def live_store_url(self) -> str:
+        """SQLAlchemy URL of the live store (SQLite in WAL mode under ``home`` by default)."""
+        return self.store_url or f"sqlite:///{(self.home / 'live.db').resolve()}"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def published_dir(self) -> Path:
+        return self.home / "published"
+
+    @property
+    def score_max(self) -> float:
+        """Upper bound of ``score``: both terms are in 0..1, so the weights sum bounds it."""
+        return self.mutual_weight + self.activity_weight
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first call."""
+    return Settings()

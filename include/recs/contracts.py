@@ -1,0 +1,114 @@
+"""Schemas shared between the stages: snapshot Parquet, dbt exports, shard output, published table.
+
+One place defines each contract; producers cast to it, consumers check it, and a test checks that
+what dbt exports is exactly what the traversal reads (ARCHITECTURE §5). Schemas are given as
+``{column: polars dtype}`` dicts; ``check_schema`` raises ``SchemaMismatchError`` with a readable
+diff. All timestamps are timezone-naive UTC, microsecond precision (DuckDB ``TIMESTAMP``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+from recs.errors import RecsError
+
+TS = pl.Datetime("us")
+
+# --- snapshot/ (freeze_snapshot) -----------------------------------------------------------
+SNAPSHOT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    # One row per account.
+    "users": {
+        "user_id": pl.Int64,
+        "created_at": TS,
+        "last_active_at": TS,
+        "account_status": pl.String,
+        "is_discoverable": pl.Boolean,
+        "is_private": pl.Boolean,
+    },
+    # One row per (follower_id, followee_id); stored as follow_edges/shard_id=NNN/part-0.parquet,
+    # partitioned by shard_of(follower_id). status is 'active' or 'pending'.
+    "follow_edges": {
+        "follower_id": pl.Int64,
+        "followee_id": pl.Int64,
+        "created_at": TS,
+        "status": pl.String,
+    },
+    "blocks": {"blocker_id": pl.Int64, "blocked_id": pl.Int64, "created_at": TS},
+    "mutes": {"muter_id": pl.Int64, "muted_id": pl.Int64, "created_at": TS},
+    "dismissed_candidates": {"user_id": pl.Int64, "candidate_id": pl.Int64, "dismissed_at": TS},
+    "user_interests": {"user_id": pl.Int64, "tag": pl.String},
+}
+
+# --- exports/ (dbt build_models; read by the traversal) -------------------------------------
+EXPORT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    # exports/eligible_users/shard_id=N/*.parquet — one row per user refreshed tonight.
+    "eligible_users": {"user_id": pl.Int64},
+    # exports/follow_exclusions/shard_id=N/*.parquet — one row per (user_id, excluded_id, reason);
+    # reason in following, pending, blocked, blocked_by, muted, dismissed.
+    "follow_exclusions": {"user_id": pl.Int64, "excluded_id": pl.Int64, "reason": pl.String},
+    # exports/candidate_profiles.parquet — one row per account.
+    "candidate_profiles": {
+        "candidate_id": pl.Int64,
+        "account_status": pl.String,
+        "last_active_at": TS,
+        "is_discoverable": pl.Boolean,
+        "in_degree": pl.Int64,
+        "is_recommendable": pl.Boolean,
+    },
+    # exports/popularity_index.parquet — one row per (tag, candidate_id); tag '_global' is the
+    # tag-agnostic list. popularity_rank starts at 1 within a tag.
+    "popularity_index": {
+        "tag": pl.String,
+        "candidate_id": pl.Int64,
+        "popularity_rank": pl.Int64,
+        "in_degree": pl.Int64,
+    },
+    # exports/hub_accounts.parquet — one row per hub account.
+    "hub_accounts": {"user_id": pl.Int64, "in_degree": pl.Int64},
+}
+
+GLOBAL_TAG = "_global"
+EXCLUSION_REASONS = ("following", "pending", "blocked", "blocked_by", "muted", "dismissed")
+
+# --- shards/ and published/ -----------------------------------------------------------------
+# One row per (user_id, candidate_id); sorted by user_id, rank.
+RECOMMENDATION_SCHEMA: dict[str, pl.DataType] = {
+    "user_id": pl.Int64,
+    "candidate_id": pl.Int64,
+    "mutual_count": pl.Int32,
+    "score": pl.Float64,
+    "rank": pl.Int32,
+    "followed_by": pl.List(pl.Int64),
+    "generated_at": TS,
+    "run_id": pl.String,
+}
+
+
+class SchemaMismatchError(RecsError):
+    """A frame or file does not have the columns and dtypes of its contract."""
+
+
+def check_schema(schema: Mapping[str, pl.DataType], expected: Mapping[str, pl.DataType], what: str):
+    """Raise ``SchemaMismatchError`` unless ``schema`` has exactly ``expected``'s columns/dtypes.
+
+    Column order is not checked. ``what`` names the table in the message.
+    """
+    actual = dict(schema)
+    missing = [c for c in expected if c not in actual]
+    extra = [c for c in actual if c not in expected]
+    wrong = [
+        f"{c}: {actual[c]} != {expected[c]}"
+        for c in expected
+        if c in actual and actual[c] != expected[c]
+    ]
+    if missing or extra or wrong:
+        raise SchemaMismatchError(
+            f"{what} does not match its contract: missing={missing} extra={extra} wrong={wrong}"
+        )
+
+
+def conform(frame: pl.DataFrame, expected: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Select and cast ``frame`` to ``expected`` (column order of the contract)."""
+    return frame.select([pl.col(name).cast(dtype) for name, dtype in expected.items()])
