@@ -16,7 +16,6 @@ import logging
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -99,7 +98,11 @@ def generate_graph(
     from recs.synthetic import generate_graph as _generate
 
     summary = _generate(
-        users, seed, _settings(), avg_out_degree=avg_out_degree, replace=replace,
+        users,
+        seed,
+        _settings(),
+        avg_out_degree=avg_out_degree,
+        replace=replace,
         progress=_progress,
     )
     _emit(summary, as_json, lambda doc: _print_mapping("generated graph", doc))
@@ -292,13 +295,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as done:
+    except typer.Exit as done:
         return done.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.stderr.write("recs: aborted\n")
         return 130
-    except click.ClickException as error:
-        sys.stderr.write(f"recs: error: {error.format_message()}\n")
+    except typer.TyperException as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # bare `recs` or `recs shard`
+            sys.stderr.write(error.format_message().rstrip() + "\n")
+            return 2
+        message = " ".join(error.format_message().split())
+        sys.stderr.write(f"recs: error: {message}\n")
         return error.exit_code
     except RecsError as error:
         sys.stderr.write(f"recs: error: {error}\n")
@@ -313,4 +320,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-

@@ -26,8 +26,9 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     validation_file = paths.validation_dir / "summary.json"
     validation = read_json(validation_file) if validation_file.exists() else None
     counts = snapshot.get("row_counts", snapshot.get("counts", {}))
-    totals: dict[str, Any] = {f"snapshot {name}": value for name, value in counts.items()
-                              if isinstance(value, int)}
+    totals: dict[str, Any] = {
+        f"snapshot {name}": value for name, value in counts.items() if isinstance(value, int)
+    }
     shard_seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
     traversals = sum(int(s.get("traversals", 0)) for s in shards)
     totals.update(
@@ -42,8 +43,11 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
             "shard seconds (sum)": round(shard_seconds, 3),
             "traversals per second": int(traversals / shard_seconds) if shard_seconds else 0,
             "validation": (
-                "passed" if validation and validation.get("success")
-                else "failed" if validation else "not run"
+                "passed"
+                if validation and validation.get("success")
+                else "failed"
+                if validation
+                else "not run"
             ),
         }
     )

@@ -48,8 +48,12 @@ def test_parsing_the_dag_file_loads_no_heavy_library():
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={**os.environ}, cwd=REPO,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ},
+        cwd=REPO,
     )
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded == [], f"DAG parse imported heavy modules: {loaded}"
@@ -82,8 +86,13 @@ def test_task_graph_is_the_designed_flow(dag):
 
 def test_retries_on_data_tasks_none_on_the_gate(dag):
     tasks = {task.task_id: task for task in dag.tasks}
-    for task_id in ("freeze_snapshot", "build_models", "build_graph", "traverse_shard",
-                    "publish_run"):
+    for task_id in (
+        "freeze_snapshot",
+        "build_models",
+        "build_graph",
+        "traverse_shard",
+        "publish_run",
+    ):
         assert tasks[task_id].retries >= 1, task_id
     assert tasks["validate_run"].retries == 0
     assert str(tasks["publish_run"].trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS")

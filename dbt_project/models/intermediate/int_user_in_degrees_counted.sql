@@ -1,0 +1,37 @@
+with
+
+users as (
+
+    select * from {{ ref('stg_users') }}
+
+),
+
+follow_edges as (
+
+    select * from {{ ref('stg_follow_edges') }}
+
+),
+
+active_followers as (
+
+    select
+        followee_id as user_id,
+        count(distinct follower_id) as in_degree
+    from follow_edges
+    where follow_status = 'active'
+    group by followee_id
+
+),
+
+in_degrees as (
+
+    select
+        users.user_id,
+        coalesce(active_followers.in_degree, 0)::bigint as in_degree
+    from users
+    left join active_followers
+        on users.user_id = active_followers.user_id
+
+)
+
+select * from in_degrees

@@ -1,0 +1,402 @@
+"""The run's capped follow graph as a read-only CSR adjacency (ARCHITECTURE §3, "capped CSR").
+
+Only second-hop lists need the whole graph, and each is capped at ``hop2_cap``; so the graph a
+shard task needs is every user's first ``hop2_cap`` active follows in sample order
+(``recs.sampling``), stored once per run under ``paths.graph_dir`` and memory-mapped read-only by
+every shard task, which then share it through the page cache::
+
+    graph/user_ids.npy   int64[n_nodes]      sorted original user ids; dense id = position
+    graph/indptr.npy     int64[n_nodes + 1]  row u is indices[indptr[u]:indptr[u + 1]]
+    graph/indices.npy    int32[n_edges]      dense followee ids, each row in sample order
+    graph/meta.json      counts and the settings the graph was built with
+
+The node universe is ``snapshot/users.parquet``. Follow edges that are not ``active`` are not
+expanded; edges with an endpoint missing from ``users``, self-follows and duplicate pairs are
+dropped and counted in ``meta.json``. Building is vectorised NumPy, one snapshot partition at a
+time, so peak memory is one partition's edges plus the capped result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from recs.contracts import SchemaMismatchError
+from recs.errors import RunNotFoundError
+from recs.manifest import read_json, write_json
+from recs.sampling import rank_within_groups, sample_keys
+
+log = logging.getLogger("recs.graph")
+
+GRAPH_FILES = ("user_ids.npy", "indptr.npy", "indices.npy", "meta.json")
+GRAPH_FORMAT_VERSION = 1
+_PARTITION_DIR = re.compile(r"^shard_id=(\d+)$")
+
+
+def partition_files(root: Path) -> dict[int, list[Path]]:
+    """Parquet files of a Hive-partitioned folder, by shard id: ``{shard_id: [file, ...]}``.
+
+    Reads ``root/shard_id=N/*.parquet`` whether ``N`` is zero-padded (``freeze_snapshot``
+    writes ``shard_id=007``) or not (DuckDB exports write ``shard_id=7``). Files are sorted by
+    name so the read order, and so the output, is deterministic. A missing ``root`` yields ``{}``.
+    """
+    found: dict[int, list[Path]] = {}
+    root = Path(root)
+    if not root.is_dir():
+        return found
+    for child in sorted(root.iterdir()):
+        match = _PARTITION_DIR.match(child.name)
+        if match and child.is_dir():
+            files = sorted(child.glob("*.parquet"))
+            found.setdefault(int(match.group(1)), []).extend(files)
+    return {shard: sorted(files) for shard, files in sorted(found.items())}
+
+
+def read_user_ids(users_path: Path) -> np.ndarray:
+    """Sorted unique ``user_id`` values of ``users.parquet`` as ``int64`` (the dense id map)."""
+    import polars as pl
+
+    frame = pl.read_parquet(users_path, columns=["user_id"])
+    if frame.schema["user_id"] != pl.Int64:
+        raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
+    return np.unique(frame["user_id"].drop_nulls().to_numpy())
+
+
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, nogil=True)
+def _hash_build(keys, bits):  # pragma: no cover - compiled
+    """Open-addressing (linear probing) table of ``keys`` -> position, 2**bits slots."""
+    size = 1 << bits
+    mask = size - 1
+    slot_keys = np.zeros(size, dtype=np.int64)
+    slot_values = np.full(size, -1, dtype=np.int32)
+    shift = np.uint64(64 - bits)
+    for i in range(len(keys)):
+        key = keys[i]
+        h = np.int64((np.uint64(key) * _FIBONACCI) >> shift)
+        while slot_values[h] >= 0 and slot_keys[h] != key:
+            h = (h + 1) & mask
+        slot_keys[h] = key
+        slot_values[h] = i
+    return slot_keys, slot_values
+
+
+@njit(cache=True, nogil=True)
+def _hash_lookup(slot_keys, slot_values, bits, ids):  # pragma: no cover - compiled
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    out = np.empty(len(ids), dtype=np.int64)
+    for i in range(len(ids)):
+        key = ids[i]
+        h = np.int64((np.uint64(key) * _FIBONACCI) >> shift)
+        value = -1
+        while slot_values[h] >= 0:
+            if slot_keys[h] == key:
+                value = slot_values[h]
+                break
+            h = (h + 1) & mask
+        out[i] = value
+    return out
+
+
+class DenseIndex:
+    """Maps original user ids to dense ids (positions in sorted ``user_ids``), vectorised.
+
+    When the ids are compact (their span is at most ``4 * n + 65536``, as for datasets and the
+    store's own ids) it keeps an ``int32`` lookup table over the span: one gather per id.
+    Otherwise it builds a compiled open-addressing hash table (Fibonacci hashing, Knuth TAOCP
+    vol. 3 §6.4; at most half full). A binary search (``np.searchsorted``) was 5-10x slower on
+    millions of random ids. Unknown ids map to ``-1``.
+    """
+
+    def __init__(self, user_ids: np.ndarray):
+        self.user_ids = user_ids
+        self.table: np.ndarray | None = None
+        self.hashed: tuple[np.ndarray, np.ndarray, int] | None = None
+        self.low = 0
+        n = len(user_ids)
+        if n == 0:
+            return
+        self.low = int(user_ids[0])
+        span = int(user_ids[-1]) - self.low + 1
+        if span <= 4 * n + 65_536:
+            self.table = np.full(span, -1, dtype=np.int32)
+            self.table[np.asarray(user_ids, dtype=np.int64) - self.low] = np.arange(
+                n, dtype=np.int32
+            )
+        else:
+            bits = max(4, int(2 * n - 1).bit_length())
+            slot_keys, slot_values = _hash_build(np.asarray(user_ids, dtype=np.int64), bits)
+            self.hashed = (slot_keys, slot_values, bits)
+
+    def __call__(self, ids) -> np.ndarray:
+        """Dense ids (``int64``) of ``ids`` (any integer array); ``-1`` where unknown."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(self.user_ids) == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        if self.table is not None:
+            offset = ids - self.low
+            inside = (offset >= 0) & (offset < len(self.table))
+            dense = np.full(len(ids), -1, dtype=np.int64)
+            dense[inside] = self.table[offset[inside]]
+            return dense
+        slot_keys, slot_values, bits = self.hashed
+        return _hash_lookup(slot_keys, slot_values, bits, ids)
+
+
+def to_dense(user_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Dense ids (``int64``) of original ``ids`` in sorted ``user_ids``; ``-1`` where unknown."""
+    return DenseIndex(user_ids)(ids)
+
+
+def sample_sorted(
+    groups: np.ndarray, n_groups: int, keys: np.ndarray, tie_breaks: np.ndarray
+) -> np.ndarray:
+    """Permutation ordering edges by ``(group, key, tie_break)`` (``int64``).
+
+    ``groups``: non-negative ints below ``n_groups`` (dense follower ids or user positions).
+    ``keys``: ``uint64`` sample keys; ``tie_breaks``: followee ids (original or dense: dense
+    order equals original order). Fast path: one ``argsort`` of a packed ``uint64`` of the group
+    and the key's high bits; if two packed values tie (a duplicate pair, or a 1-in-2**40 key
+    collision) it falls back to the exact three-key ``lexsort``, so the order is always exact.
+    """
+    n = len(groups)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    group_bits = max(1, int(n_groups - 1).bit_length())
+    if group_bits <= 40:
+        shift = np.uint64(group_bits)
+        packed = (groups.astype(np.uint64) << np.uint64(64 - group_bits)) | (keys >> shift)
+        order = np.argsort(packed, kind="quicksort")
+        ordered = packed[order]
+        if not (ordered[1:] == ordered[:-1]).any():
+            return order
+    return np.lexsort((tie_breaks, keys, groups))
+
+
+@dataclass
+class _EdgeCounts:
+    edges_read: int = 0
+    pending_skipped: int = 0
+    unknown_endpoint_dropped: int = 0
+    self_loops_dropped: int = 0
+    duplicates_dropped: int = 0
+    rows_capped: int = 0
+    partitions: list[int] = field(default_factory=list)
+
+
+def _capped_partition(
+    path: Path, index: DenseIndex, hop2_cap: int, seed: int, counts: _EdgeCounts
+) -> tuple[np.ndarray, np.ndarray]:
+    """One partition's capped edges: ``(follower dense int32, followee dense int32)``.
+
+    Sorted by follower, then sample order; at most ``hop2_cap`` per follower.
+    """
+    import polars as pl
+
+    frame = pl.read_parquet(path, columns=["follower_id", "followee_id", "status"])
+    counts.edges_read += frame.height
+    active = frame.filter(pl.col("status") == "active")
+    counts.pending_skipped += frame.height - active.height
+    followers = active["follower_id"].to_numpy().astype(np.int64, copy=False)
+    followees = active["followee_id"].to_numpy().astype(np.int64, copy=False)
+    del frame, active
+    src = index(followers)
+    dst = index(followees)
+    known = (src >= 0) & (dst >= 0)
+    counts.unknown_endpoint_dropped += int(len(known) - known.sum())
+    not_self = src != dst
+    counts.self_loops_dropped += int((known & ~not_self).sum())
+    keep = known & not_self
+    followers, followees, src, dst = followers[keep], followees[keep], src[keep], dst[keep]
+    keys = sample_keys(followers, followees, seed)
+    order = sample_sorted(src, len(index.user_ids), keys, dst)
+    src, dst, keys = src[order], dst[order], keys[order]
+    duplicate = np.zeros(len(src), dtype=bool)
+    duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
+    if duplicate.any():
+        counts.duplicates_dropped += int(duplicate.sum())
+        src, dst, keys = src[~duplicate], dst[~duplicate], keys[~duplicate]
+    rank = rank_within_groups(src)
+    counts.rows_capped += int((rank == hop2_cap).sum())
+    within = rank < hop2_cap
+    return src[within].astype(np.int32), dst[within].astype(np.int32)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def build_graph(paths, settings) -> dict[str, Any]:
+    """Build the run's capped CSR graph from the snapshot's active follows.
+
+    Reads ``paths.snapshot_dir / "users.parquet"`` (``user_id`` Int64) and every
+    ``follow_edges/shard_id=*/part-*.parquet`` (contract ``SNAPSHOT_SCHEMAS["follow_edges"]``);
+    writes the files listed in the module docstring under ``paths.graph_dir`` (each atomically;
+    identical bytes on rerun). Row ``u`` holds ``u``'s first ``settings.hop2_cap`` active
+    follows in sample order (``settings.sample_seed``).
+
+    Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds", **meta counts}``.
+    Raises ``RunNotFoundError`` if ``users.parquet`` is missing and ``SchemaMismatchError`` if
+    its ``user_id`` is not Int64.
+    """
+    started = time.perf_counter()
+    users_path = Path(paths.snapshot_dir) / "users.parquet"
+    if not users_path.exists():
+        raise RunNotFoundError(
+            f"missing snapshot users file {users_path}: freeze the snapshot first"
+        )
+    user_ids = read_user_ids(users_path)
+    n_nodes = len(user_ids)
+    hop2_cap = int(settings.hop2_cap)
+    counts = _EdgeCounts()
+    index = DenseIndex(user_ids)
+
+    # Pass 1: each partition's capped rows (int32 pairs, sorted by follower, sample order).
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    degree = np.zeros(n_nodes, dtype=np.int64)
+    overlapping = False
+    for shard_id, files in partition_files(Path(paths.snapshot_dir) / "follow_edges").items():
+        counts.partitions.append(shard_id)
+        for path in files:
+            src, dst = _capped_partition(path, index, hop2_cap, settings.sample_seed, counts)
+            piece_degree = np.bincount(src, minlength=n_nodes)
+            overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
+            degree += piece_degree
+            pieces.append((src, dst))
+            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
+
+    if overlapping:
+        # A follower split across partitions (not the snapshot's layout, but harmless): the
+        # union of per-partition prefixes contains the global prefix, so re-sort and re-cap.
+        src = np.concatenate([p[0] for p in pieces])
+        dst = np.concatenate([p[1] for p in pieces])
+        del pieces
+        keys = sample_keys(user_ids[src], user_ids[dst], settings.sample_seed)
+        order = sample_sorted(src, n_nodes, keys, dst)
+        src, dst = src[order], dst[order]
+        duplicate = np.zeros(len(src), dtype=bool)
+        duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
+        counts.duplicates_dropped += int(duplicate.sum())
+        src, dst = src[~duplicate], dst[~duplicate]
+        within = rank_within_groups(src) < hop2_cap
+        src, indices = src[within], dst[within]
+        degree = np.bincount(src, minlength=n_nodes).astype(np.int64)
+    indptr = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    if not overlapping:
+        # Pass 2: each row lives in exactly one piece, already in sample order: scatter it.
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        for src, dst in pieces:
+            indices[indptr[src] + rank_within_groups(src)] = dst
+        del pieces
+
+    graph_dir = Path(paths.graph_dir)
+    graph_dir.mkdir(parents=True, exist_ok=True)
+    _save_npy(graph_dir / "user_ids.npy", user_ids.astype(np.int64))
+    _save_npy(graph_dir / "indptr.npy", indptr)
+    _save_npy(graph_dir / "indices.npy", indices.astype(np.int32))
+    meta = {
+        "format_version": GRAPH_FORMAT_VERSION,
+        "n_nodes": int(n_nodes),
+        "n_edges": int(len(indices)),
+        "hop2_cap": hop2_cap,
+        "sample_seed": int(settings.sample_seed),
+        "edges_read": counts.edges_read,
+        "pending_skipped": counts.pending_skipped,
+        "unknown_endpoint_dropped": counts.unknown_endpoint_dropped,
+        "self_loops_dropped": counts.self_loops_dropped,
+        "duplicates_dropped": counts.duplicates_dropped,
+        "rows_capped": counts.rows_capped,
+        "max_row_length": int(degree.max()) if n_nodes else 0,
+        "partitions": counts.partitions,
+    }
+    write_json(graph_dir / "meta.json", meta)
+    seconds = round(time.perf_counter() - started, 3)
+    log.info(
+        "graph: %d nodes, %d capped edges (%d read, %d pending, %d unknown endpoint) in %.1fs",
+        n_nodes, len(indices), counts.edges_read, counts.pending_skipped,
+        counts.unknown_endpoint_dropped, seconds,
+    )
+    return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}
+
+
+@dataclass(frozen=True)
+class CappedGraph:
+    """A memory-mapped, read-only capped CSR graph (see the module docstring for the arrays).
+
+    ``user_ids`` int64[n_nodes], ``indptr`` int64[n_nodes + 1], ``indices`` int32[n_edges]:
+    all ``np.memmap`` opened read-only, shared through the page cache, never copied.
+    """
+
+    user_ids: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    meta: dict[str, Any]
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.user_ids)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.indices)
+
+    @cached_property
+    def index(self) -> DenseIndex:
+        """The id map of this graph, built once on first use (O(n_nodes) memory)."""
+        return DenseIndex(self.user_ids)
+
+    def dense_ids(self, ids) -> np.ndarray:
+        """Dense ids (``int64``) of original user ids; ``-1`` for ids not in the graph."""
+        return self.index(ids)
+
+    def follows(self, user_id: int) -> list[int]:
+        """Original ids of one user's capped row, in sample order (``[]`` if unknown)."""
+        dense = int(self.dense_ids([user_id])[0])
+        if dense < 0:
+            return []
+        row = self.indices[self.indptr[dense] : self.indptr[dense + 1]]
+        return [int(v) for v in self.user_ids[row]]
+
+
+def load_graph(graph_dir: Path) -> CappedGraph:
+    """Memory-map the graph written by ``build_graph`` (``np.load(mmap_mode="r")``).
+
+    Raises ``RunNotFoundError`` naming a missing file and ``SchemaMismatchError`` if the
+    arrays' dtypes or lengths disagree with ``meta.json``.
+    """
+    graph_dir = Path(graph_dir)
+    for name in GRAPH_FILES:
+        if not (graph_dir / name).exists():
+            raise RunNotFoundError(f"missing graph file {graph_dir / name}: run build_graph first")
+    meta = read_json(graph_dir / "meta.json")
+    user_ids = np.load(graph_dir / "user_ids.npy", mmap_mode="r", allow_pickle=False)
+    indptr = np.load(graph_dir / "indptr.npy", mmap_mode="r", allow_pickle=False)
+    indices = np.load(graph_dir / "indices.npy", mmap_mode="r", allow_pickle=False)
+    problems = []
+    if user_ids.dtype != np.int64 or len(user_ids) != meta["n_nodes"]:
+        problems.append(f"user_ids {user_ids.dtype}[{len(user_ids)}]")
+    if indptr.dtype != np.int64 or len(indptr) != meta["n_nodes"] + 1:
+        problems.append(f"indptr {indptr.dtype}[{len(indptr)}]")
+    if indices.dtype != np.int32 or len(indices) != meta["n_edges"]:
+        problems.append(f"indices {indices.dtype}[{len(indices)}]")
+    if problems:
+        raise SchemaMismatchError(f"graph {graph_dir} is inconsistent with meta.json: {problems}")
+    return CappedGraph(user_ids=user_ids, indptr=indptr, indices=indices, meta=meta)

@@ -1,0 +1,108 @@
+"""Deterministic capped sampling of follow lists (ARCHITECTURE §5, "Sampling").
+
+The design document caps fan-out with ``random.sample``; a nightly batch must instead sample the
+same way on every retry, single-shard rerun and backfill of a snapshot. Every follow edge
+``(follower_id, followee_id)`` gets a 64-bit pseudo-random *sample key*; a user's follows are
+ordered by ``(key, followee_id)`` and the capped list is a prefix of that order:
+
+- the first ``hop1_cap`` are the user's expanded first hop (``recs.traversal``),
+- the first ``hop2_cap`` are the user's row in the capped CSR graph (``recs.graph``).
+
+So the hop-2 list is a prefix of the same order as the hop-1 list, and a sample is a uniformly
+random subset (the key is a good hash) that depends only on the snapshot and ``sample_seed``.
+
+The key is SplitMix64's finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number
+generators", OOPSLA 2014; constants as in Vigna's public-domain ``splitmix64.c``) applied twice::
+
+    key = mix64(mix64(follower_id + mix64(seed)) ^ followee_id)        (all mod 2**64)
+
+computed in plain ``uint64`` NumPy arithmetic (multiplication wraps mod 2**64), so it does not
+depend on any engine's built-in hash, on the library version or on the platform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+MIX_MULTIPLIER_1 = 0xBF58476D1CE4E5B9
+MIX_MULTIPLIER_2 = 0x94D049BB133111EB
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function over a ``uint64`` array (new array, wraps mod 2**64)."""
+    z = z + np.uint64(GOLDEN_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_MULTIPLIER_1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_MULTIPLIER_2)
+    return z ^ (z >> np.uint64(31))
+
+
+def mix64_int(value: int) -> int:
+    """The same SplitMix64 output function on one Python int (reference and tests)."""
+    z = (value + GOLDEN_GAMMA) & _MASK64
+    z = ((z ^ (z >> 30)) * MIX_MULTIPLIER_1) & _MASK64
+    z = ((z ^ (z >> 27)) * MIX_MULTIPLIER_2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def sample_keys(follower_ids, followee_ids, seed: int) -> np.ndarray:
+    """Sample key of each edge: ``uint64`` array, same length as the inputs.
+
+    ``follower_ids`` / ``followee_ids``: integer arrays (or sequences) of original user ids,
+    equal length (one may be a scalar, broadcast). ``seed``: ``Settings.sample_seed``
+    (``0 <= seed < 2**63``). Negative ids are taken modulo 2**64 (two's complement).
+    Raises ``ValueError`` if the lengths differ.
+    """
+    followers = np.asarray(follower_ids).astype(np.int64, copy=False).view(np.uint64)
+    followees = np.asarray(followee_ids).astype(np.int64, copy=False).view(np.uint64)
+    if followers.ndim and followees.ndim and followers.shape != followees.shape:
+        raise ValueError(
+            f"follower_ids and followee_ids differ in shape: {followers.shape} != {followees.shape}"
+        )
+    seed_mix = np.uint64(mix64_int(int(seed) & _MASK64))
+    with np.errstate(over="ignore"):
+        return _mix64(_mix64(followers + seed_mix) ^ followees)
+
+
+def sample_key_int(follower_id: int, followee_id: int, seed: int) -> int:
+    """``sample_keys`` for one edge, in pure Python integers (used to cross-check NumPy)."""
+    inner = mix64_int(((follower_id & _MASK64) + mix64_int(seed & _MASK64)) & _MASK64)
+    return mix64_int(inner ^ (followee_id & _MASK64))
+
+
+def sample_order(follower_ids, followee_ids, seed: int) -> np.ndarray:
+    """Permutation (``int64``) sorting edges by ``(follower_id, key, followee_id)``.
+
+    Within each follower the edges come out in sample order, so "the first ``cap`` of a
+    follower" after applying it is that follower's capped sample.
+    """
+    followers = np.asarray(follower_ids, dtype=np.int64)
+    followees = np.asarray(followee_ids, dtype=np.int64)
+    keys = sample_keys(followers, followees, seed)
+    return np.lexsort((followees, keys, followers))
+
+
+def rank_within_groups(sorted_groups: np.ndarray) -> np.ndarray:
+    """0-based position of each element inside its run of equal values (``int64``).
+
+    ``sorted_groups`` must be grouped (equal values adjacent), e.g. follower ids after
+    ``sample_order``; ``rank < cap`` then selects each group's capped prefix.
+    """
+    n = len(sorted_groups)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
+
+
+def capped_follows(follower_id: int, followee_ids, cap: int, seed: int) -> list[int]:
+    """One user's follows in sample order, cut to ``cap`` (duplicates dropped).
+
+    The pure-Python view used by ``recs.reference``: ``followee_ids`` any iterable of ints;
+    returns a list of at most ``cap`` ints, ordered by ``(key, followee_id)``.
+    """
+    unique = sorted(set(int(v) for v in followee_ids))
+    ordered = sorted(unique, key=lambda v: (sample_key_int(int(follower_id), v, seed), v))
+    return ordered[:cap]

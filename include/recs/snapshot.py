@@ -1,0 +1,512 @@
+"""freeze_snapshot: a consistent, non-blocking copy of the live store into the run's Parquet.
+
+Consistency: every table is read inside **one read transaction**, so the snapshot is the store
+at a single instant even while follows keep arriving. On SQLite (WAL mode) that is ``BEGIN``
+followed by the ``SELECT``s: a WAL reader sees the database as of its first read and never
+blocks the writer, nor is blocked by it (sqlite.org/wal.html §2.2, "Concurrency"). The snapshot
+connection is also ``PRAGMA query_only``, so it can never take a write lock. On PostgreSQL the
+same seam opens a ``REPEATABLE READ, READ ONLY`` transaction (one MVCC snapshot for all reads).
+
+Speed: SQLite is read through the ADBC SQLite driver straight into Arrow batches. Measured on
+2 M follow edges: 0.66 s with ADBC vs 2.87 s through ``sqlite3`` + ``fetchmany`` into Polars
+(4.3x), so ADBC is the SQLite path; text timestamps are parsed by Arrow's ISO-8601 cast.
+Follow edges are partitioned by shard chunk by chunk as they are read, then each shard is
+sorted and written in a thread pool. Measured for 1 M users / 50 M edges on this 2-core
+machine: 46 s (read 25 s, write 21 s), peak RSS 3.0 GB. Any other SQLAlchemy URL goes through
+``polars.read_database`` on a SQLAlchemy connection (``_SqlAlchemyReader``): the seam where a
+PostgreSQL ``COPY``/ADBC reader will plug in.
+
+Output (``paths.snapshot_dir``, contracts.SNAPSHOT_SCHEMAS)::
+
+    users.parquet  blocks.parquet  mutes.parquet  dismissed_candidates.parquet
+    user_interests.parquet
+    follow_edges/shard_id=000/part-0.parquet ... shard_id=<S-1>/part-0.parquet
+    manifest.json
+
+Every shard folder exists even when empty; ``shard_id`` is only in the folder name. Rows are
+sorted by their key and written with fixed Parquet options (``PARQUET_OPTIONS``), so a rerun of
+the same store writes identical bytes (with the pinned pyarrow: its version is in the footer).
+Outputs are staged in a sibling folder and swapped in at the end: a failed snapshot never
+leaves a half-written ``snapshot/`` with a manifest.
+
+The ADBC driver carries its own SQLite library; see ``recs.datasets`` for why this process
+must not hold the same database open through ``sqlite3`` while the snapshot reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from recs import store
+from recs.config import Settings
+from recs.contracts import SNAPSHOT_SCHEMAS, TS, check_schema
+from recs.errors import RecsError
+from recs.manifest import write_json
+from recs.runs import RunPaths
+from recs.sharding import shard_expr
+
+log = logging.getLogger("recs.snapshot")
+
+SORT_KEYS: dict[str, list[str]] = {
+    "users": ["user_id"],
+    "follow_edges": ["follower_id", "followee_id"],
+    "blocks": ["blocker_id", "blocked_id"],
+    "mutes": ["muter_id", "muted_id"],
+    "dismissed_candidates": ["user_id", "candidate_id"],
+    "user_interests": ["user_id", "tag"],
+}
+"""The key of each snapshot table: its primary key in the store, and its sort order on disk."""
+
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "row_group_size": 1 << 20,
+    "use_dictionary": True,
+    "write_statistics": True,
+    "version": "2.6",
+    "data_page_version": "1.0",
+}
+"""Fixed ``pyarrow.parquet.write_table`` options: the same rows always give the same bytes."""
+
+WRITE_THREADS = min(8, os.cpu_count() or 1)
+"""Shard files written concurrently (the bytes of each file do not depend on it)."""
+READ_BATCH_ROWS = 1 << 17
+"""Rows per Arrow batch of the ADBC SQLite reader (its default, 1024, costs ~10 % in calls)."""
+READ_CHUNK_ROWS = 1 << 20
+"""Rows per frame that ``iter_table`` yields: follow edges are partitioned chunk by chunk."""
+
+
+class LiveStoreError(RecsError):
+    """The live store is missing, has no schema, or cannot be read consistently."""
+
+
+class LiveStoreReader(Protocol):
+    """One open, consistent read of the live store (one transaction for every table)."""
+
+    backend: str
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        """Every row of store table ``name`` in frames of about ``READ_CHUNK_ROWS`` rows, with
+        the columns/dtypes of SNAPSHOT_SCHEMAS; at least one (possibly empty) frame. Consume
+        it fully before the next read."""
+        ...
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        """Every row of store table ``name`` as one frame (``iter_table`` concatenated)."""
+        ...
+
+
+@contextmanager
+def open_reader(url: str) -> Iterator[LiveStoreReader]:
+    """A ``LiveStoreReader`` whose reads all see one snapshot; the transaction ends on exit.
+
+    Raises ``LiveStoreError`` if a SQLite store file does not exist or lacks a table.
+    """
+    from recs.datasets import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None:
+        reader: Any = _AdbcSqliteReader(path)
+    else:
+        reader = _SqlAlchemyReader(url)
+    with reader:
+        yield reader
+
+
+def _missing_tables_message(where: str, missing: list[str]) -> str:
+    return (
+        f"the live store {where} has no table {', '.join(missing)}: load data first "
+        "(`recs load-dataset slashdot` or `recs generate-graph`)"
+    )
+
+
+class _AdbcSqliteReader:
+    """SQLite via ADBC: ``BEGIN`` + ``SELECT``s on a ``query_only`` connection (WAL reader)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._connection: Any = None
+        self._cursor: Any = None
+
+    def __enter__(self) -> _AdbcSqliteReader:
+        if not Path(self.path).is_file():
+            raise LiveStoreError(
+                f"no live store at {self.path}: load data first "
+                "(`recs load-dataset slashdot` or `recs generate-graph`)"
+            )
+        import adbc_driver_sqlite.dbapi as adbc
+
+        self._connection = adbc.connect(self.path, autocommit=True)
+        cursor = self._cursor = self._connection.cursor()
+        try:
+            cursor.execute("PRAGMA busy_timeout=10000")
+            mode = self._scalar("PRAGMA journal_mode")
+            if str(mode).lower() != "wal":
+                raise LiveStoreError(
+                    f"the live store {self.path} is in {mode} journal mode, not WAL: a snapshot "
+                    "would block writers (open it once through recs.store.engine_for)"
+                )
+            cursor.execute("PRAGMA query_only=ON")
+            cursor.execute("BEGIN")
+            # The first read fixes the WAL snapshot that every later SELECT sees.
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            present = {row[0] for row in cursor.fetchall()}
+        except BaseException:
+            self._close()
+            raise
+        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
+        if missing:
+            self._close()
+            raise LiveStoreError(_missing_tables_message(self.path, missing))
+        return self
+
+    def _scalar(self, sql: str) -> Any:
+        self._cursor.execute(sql)
+        return self._cursor.fetchall()[0][0]
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        return _concat(self.iter_table(name))
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        contract = SNAPSHOT_SCHEMAS[name]
+        nullable = {
+            column.name for column in store.metadata.tables[name].columns if column.nullable
+        }
+        # The driver infers each column's type from its first batch; a batch of only NULLs
+        # would be typed int64 and the next text batch would fail, so NULLs are read as ''.
+        columns = ", ".join(
+            f"coalesce({column}, '') AS {column}" if column in nullable else column
+            for column in contract
+        )
+        self._cursor.adbc_statement.set_options(
+            **{"adbc.sqlite.query.batch_rows": str(READ_BATCH_ROWS)}
+        )
+        self._cursor.execute(f"SELECT {columns} FROM {name}")  # noqa: S608 - fixed names
+        rows = 0
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in self._cursor.fetch_record_batch():
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= READ_CHUNK_ROWS:
+                rows += pending_rows
+                log.info("read %s: %d rows", name, rows)
+                yield _conform(pa.Table.from_batches(pending), contract, nullable)
+                pending, pending_rows = [], 0
+        if pending or not rows:
+            rows += pending_rows
+            log.info("read %s: %d rows", name, rows)
+            yield _conform(pa.Table.from_batches(pending) if pending else None, contract, nullable)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._cursor is not None:
+                self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
+        except Exception:  # no transaction open (failed before BEGIN)
+            pass
+        finally:
+            if self._cursor is not None:
+                self._cursor.close()
+            if self._connection is not None:
+                self._connection.close()
+            self._cursor = self._connection = None
+
+
+class _SqlAlchemyReader:
+    """Any SQLAlchemy URL: one transaction (PostgreSQL: REPEATABLE READ, READ ONLY)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: Any = None
+        self._connection: Any = None
+        self.backend = "unknown"
+
+    def __enter__(self) -> _SqlAlchemyReader:
+        from sqlalchemy import inspect
+
+        self._engine = store.engine_for(self.url)
+        self.backend = self._engine.dialect.name
+        try:
+            connection = self._engine.connect()
+            if self.backend == "postgresql":
+                connection = connection.execution_options(
+                    isolation_level="REPEATABLE READ", postgresql_readonly=True
+                )
+            self._connection = connection
+            connection.begin()
+            if self.backend == "sqlite":  # pysqlite only BEGINs before DML: do it explicitly
+                connection.exec_driver_sql("BEGIN")
+            present = set(inspect(connection).get_table_names())
+        except BaseException:
+            self._close()
+            raise
+        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
+        if missing:
+            self._close()
+            raise LiveStoreError(_missing_tables_message(_display_url(self.url), missing))
+        return self
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        return _concat(self.iter_table(name))
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        from sqlalchemy import select
+
+        table = store.metadata.tables[name]
+        contract = SNAPSHOT_SCHEMAS[name]
+        query = select(*(table.c[column] for column in contract))
+        frames = pl.read_database(
+            query,
+            connection=self._connection,
+            iter_batches=True,
+            batch_size=READ_CHUNK_ROWS,
+            schema_overrides=contract,
+        )
+        rows = 0
+        for frame in frames:
+            rows += frame.height
+            log.info("read %s: %d rows", name, rows)
+            yield frame.select(pl.col(column).cast(dtype) for column, dtype in contract.items())
+        if not rows:
+            yield pl.DataFrame(schema=contract)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._connection is not None:
+                self._connection.rollback()
+                self._connection.close()
+        finally:
+            if self._engine is not None:
+                self._engine.dispose()
+            self._connection = self._engine = None
+
+
+def _concat(frames: Iterator[pl.DataFrame]) -> pl.DataFrame:
+    parts = list(frames)
+    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+def _display_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _conform(
+    table: pa.Table | None, contract: dict[str, pl.DataType], nullable: set[str]
+) -> pl.DataFrame:
+    """An ADBC SQLite batch to the contract: parse text timestamps, 0/1 to Boolean, ''->NULL."""
+    if table is None or table.num_rows == 0:
+        return pl.DataFrame(schema=contract)
+    arrays = {}
+    for column, dtype in contract.items():
+        array = table.column(column)
+        if column in nullable and pa.types.is_string(array.type):
+            array = pc.if_else(pc.equal(array, ""), pa.scalar(None, array.type), array)
+        if dtype == TS:
+            array = _parse_timestamps(array)
+        arrays[column] = array
+    frame = pl.from_arrow(pa.table(arrays))
+    assert isinstance(frame, pl.DataFrame)
+    try:
+        return frame.cast(dict(contract))
+    except pl.exceptions.PolarsError as error:
+        raise LiveStoreError(
+            f"the live store holds a value outside its contract: {error}"
+        ) from None
+
+
+_UTC_SUFFIX = r"(Z|[+-]00:?00)$"
+
+
+def _parse_timestamps(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Naive UTC microseconds from SQLite's text ``YYYY-MM-DD HH:MM:SS[.ffffff]``.
+
+    Arrow's ISO-8601 cast (also accepts a ``T`` separator) measured 16x faster than
+    ``polars.Expr.str.to_datetime`` here: 0.13 s vs 2.1 s for 5 M values. A ``Z`` / ``+00:00``
+    suffix (clients other than SQLAlchemy) is stripped on a second try; any other offset or
+    text is a ``LiveStoreError``.
+    """
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        return pc.cast(text, pa.timestamp("us"))  # all NULL: typed int64 by the driver
+    try:
+        return pc.cast(text, pa.timestamp("us"))
+    except pa.ArrowInvalid:
+        pass
+    try:
+        return pc.cast(pc.replace_substring_regex(text, _UTC_SUFFIX, ""), pa.timestamp("us"))
+    except pa.ArrowInvalid as error:
+        raise LiveStoreError(f"the live store holds a timestamp that is not UTC: {error}") from None
+
+
+def _arrow_schema(contract: dict[str, pl.DataType]) -> pa.Schema:
+    """The Arrow schema Parquet files are written with (plain ``string``, naive ``us``)."""
+    mapping = {
+        pl.Int64: pa.int64(),
+        pl.Int32: pa.int32(),
+        pl.String: pa.string(),
+        pl.Boolean: pa.bool_(),
+        TS: pa.timestamp("us"),
+    }
+    return pa.schema([pa.field(name, mapping[dtype]) for name, dtype in contract.items()])
+
+
+def _write_parquet(frame: pl.DataFrame, contract: dict[str, pl.DataType], path: Path) -> None:
+    check_schema(frame.schema, contract, path.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = frame.select(list(contract)).to_arrow().cast(_arrow_schema(contract))
+    pq.write_table(table, path, **PARQUET_OPTIONS)
+
+
+def shard_path(shard_id: int) -> str:
+    """Relative path of one follow-edge partition inside the snapshot folder."""
+    return f"follow_edges/shard_id={shard_id:03d}/part-0.parquet"
+
+
+def _partition_by_shard(
+    chunks: Iterator[pl.DataFrame], shard_count: int
+) -> tuple[dict[int, list[pl.DataFrame]], dict[str, int]]:
+    """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read.
+
+    Returns the unsorted pieces of each shard and the row count per ``status``. Partitioning
+    chunk by chunk instead of the whole table measured 50 M edges: the global ``partition_by``
+    alone took 6.4 s and doubled peak memory (4.1 -> 8.4 GB).
+    """
+    parts: dict[int, list[pl.DataFrame]] = {}
+    by_status: dict[str, int] = {}
+    for chunk in chunks:
+        for status, count in chunk.group_by("status").len().iter_rows():
+            by_status[status] = by_status.get(status, 0) + count
+        keyed = chunk.with_columns(shard_expr("follower_id", shard_count).alias("_shard"))
+        for key, part in keyed.partition_by("_shard", as_dict=True, include_key=False).items():
+            parts.setdefault(int(key[0]), []).append(part)
+    return parts, dict(sorted(by_status.items()))
+
+
+def _write_follow_edges(
+    parts: dict[int, list[pl.DataFrame]], shard_count: int, folder: Path
+) -> list[dict[str, Any]]:
+    """Write every shard ``0 .. shard_count-1`` (empty ones too), each sorted by its key.
+
+    Consumes ``parts`` (each shard is released once written). Measured on 5 M edges: sort and
+    write per shard in the thread pool 1.0 s vs one global sort, then the writes, 1.3 s.
+    """
+    contract = SNAPSHOT_SCHEMAS["follow_edges"]
+    empty = [pl.DataFrame(schema=contract)]
+
+    def write(shard_id: int) -> dict[str, Any]:
+        part = pl.concat(parts.pop(shard_id, empty)).sort(SORT_KEYS["follow_edges"])
+        relative = shard_path(shard_id)
+        _write_parquet(part, contract, folder / relative)
+        log.info("wrote follow_edges shard %03d: %d rows", shard_id, part.height)
+        return {"shard_id": shard_id, "path": relative, "rows": part.height}
+
+    # Sorting, Parquet encoding and compression release the GIL: shards are done side by side.
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="recs-snap") as pool:
+        return list(pool.map(write, range(shard_count)))
+
+
+def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
+    """Copy the live store into ``paths.snapshot_dir`` as Parquet, consistently, without locks.
+
+    Reads every table of ``SNAPSHOT_SCHEMAS`` in one read transaction (``open_reader``), then
+    writes ``users``, ``blocks``, ``mutes``, ``dismissed_candidates``, ``user_interests`` as
+    one file each and ``follow_edges`` as ``settings.shard_count`` partitions by
+    ``recs.sharding.shard_of(follower_id)``, rows sorted by ``SORT_KEYS``. Then writes
+    ``paths.snapshot_manifest``: ``snapshot_date``, ``run_id``, ``as_of``, ``shard_count``,
+    ``store`` (backend, URL without password), ``tables`` (path and rows per table),
+    ``row_counts``, ``follow_edges_by_status``, ``follow_edges_shards`` (path and rows per
+    shard) and ``settings`` (``settings.model_dump(mode="json")``, which
+    ``Settings.model_validate`` turns back into equal settings: ``pipeline.run_settings``).
+    The manifest holds no timings, so a rerun writes identical bytes.
+
+    Replaces a previous snapshot of the same run. Returns ``snapshot_dir``, ``manifest``
+    (str paths), ``row_counts``, ``shard_count``, ``seconds``, ``read_seconds``,
+    ``write_seconds``. Raises ``LiveStoreError`` if the store is missing or lacks a table.
+    """
+    started = time.perf_counter()
+    url = settings.live_store_url
+    frames: dict[str, pl.DataFrame] = {}
+    with open_reader(url) as reader:
+        backend = reader.backend
+        for name in SNAPSHOT_SCHEMAS:  # users first, then follow_edges, ...: one transaction
+            if name == "follow_edges":
+                parts, by_status = _partition_by_shard(
+                    reader.iter_table(name), settings.shard_count
+                )
+            else:
+                frames[name] = reader.read_table(name)
+    read_seconds = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    final = paths.snapshot_dir
+    staging = final.with_name(f".{final.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    tables: dict[str, dict[str, Any]] = {}
+    for name, frame in frames.items():
+        relative = f"{name}.parquet"
+        _write_parquet(frame.sort(SORT_KEYS[name]), SNAPSHOT_SCHEMAS[name], staging / relative)
+        tables[name] = {"path": relative, "rows": frame.height}
+        log.info("wrote %s: %d rows", name, frame.height)
+    shards = _write_follow_edges(parts, settings.shard_count, staging)
+    tables["follow_edges"] = {"path": "follow_edges", "rows": sum(s["rows"] for s in shards)}
+    row_counts = {name: tables[name]["rows"] for name in SNAPSHOT_SCHEMAS}
+    manifest = {
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "run_id": paths.run_id,
+        "as_of": paths.as_of.isoformat(),
+        "shard_count": settings.shard_count,
+        "store": {"backend": backend, "url": _display_url(url)},
+        "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
+        "row_counts": row_counts,
+        "follow_edges_by_status": by_status,
+        "follow_edges_shards": shards,
+        "settings": settings.model_dump(mode="json"),
+    }
+    write_json(staging / paths.snapshot_manifest.name, manifest)
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
+    write_seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - started
+    log.info(
+        "snapshot %s/%s: %s in %.1f s (read %.1f s, write %.1f s)",
+        paths.snapshot_date,
+        paths.run_id,
+        row_counts,
+        seconds,
+        read_seconds,
+        write_seconds,
+    )
+    return {
+        "snapshot_dir": str(final),
+        "manifest": str(paths.snapshot_manifest),
+        "row_counts": row_counts,
+        "shard_count": settings.shard_count,
+        "seconds": round(seconds, 3),
+        "read_seconds": round(read_seconds, 3),
+        "write_seconds": round(write_seconds, 3),
+    }

@@ -1,0 +1,98 @@
+"""The dbt project itself: it parses with only ``run_dir``, and its shard macro is Python's."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+
+from recs.config import Settings
+from recs.models import PROJECT_DIR_ENV, ModelsBuildError, dbt_args, dbt_project_dir, release_duckdb
+from recs.runs import RunPaths
+from recs.sharding import shard_of, shard_sql
+
+
+def test_parse_needs_only_run_dir_and_warns_about_nothing(tmp_path):
+    """What `make test` runs: `dbt parse --vars '{run_dir: ...}'` (here with target in tmp).
+
+    Any warning event (a deprecation, an unused config path, a missing var) fails the test.
+    """
+    from dbt.cli.main import dbtRunner
+
+    warnings = []
+
+    def collect(event):
+        if event.info.level in ("warn", "error"):
+            warnings.append(event.info.msg)
+
+    project = str(dbt_project_dir())
+    outcome = dbtRunner(callbacks=[collect]).invoke([
+        "parse", "--project-dir", project, "--profiles-dir", project,
+        "--target-path", str(tmp_path / "target"), "--log-path", str(tmp_path / "logs"),
+        "--vars", "{run_dir: /tmp/recs-dbt-parse}", "--quiet",
+    ])  # fmt: skip
+    assert outcome.success, outcome.exception
+    assert warnings == []
+    manifest = outcome.result
+    models = {node.name: node for node in manifest.nodes.values() if node.resource_type == "model"}
+    assert {"hub_accounts", "follow_exclusions", "eligible_users", "candidate_profiles",
+            "popularity_index"} <= set(models)  # fmt: skip
+    for node in models.values():
+        assert node.description.startswith("One row per "), node.name
+        assert node.columns, node.name
+        for column in node.columns.values():
+            assert column.description, f"{node.name}.{column.name}"
+    for name in ("hub_accounts", "follow_exclusions", "eligible_users", "candidate_profiles",
+                 "popularity_index"):  # fmt: skip
+        assert models[name].config.contract.enforced, name
+    assert {exposure.name for exposure in manifest.exposures.values()} == {
+        "two_hop_traversal",
+        "read_api",
+    }
+    assert len(manifest.unit_tests) >= 5
+
+
+def test_shard_macro_is_shard_sql_and_agrees_with_shard_of(tmp_path):
+    """The macro compiles to recs.sharding.shard_sql and computes shard_of on 6,000+ ids.
+
+    Ids: 0..4999, 1,000 random ids below 2**63, and the edges of 32/53/63-bit ranges, for
+    shard counts 1, 3, 4, 16, 1000 and 1024.
+    """
+    from dbt.cli.main import dbtRunner
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "compile")
+    paths.run_dir.mkdir(parents=True)  # compile opens the (empty) warehouse
+    counts = (1, 3, 4, 16, 1000, 1024)
+    macro_calls = [f"{{{{ shard_id('user_id', {count}) }}}} as shard_{count}" for count in counts]
+    python_sql = [f"{shard_sql('user_id', count)} as shard_{count}" for count in counts]
+    inline = f"select {', '.join(macro_calls)} from ids"
+    try:
+        outcome = dbtRunner().invoke(
+            dbt_args("compile", paths, Settings(home=tmp_path), "--inline", inline, "--quiet")
+        )
+    finally:
+        release_duckdb()
+    assert outcome.success, outcome.exception
+    compiled = outcome.result.results[0].node.compiled_code
+    assert compiled == f"select {', '.join(python_sql)} from ids"
+
+    rng = random.Random(20240601)
+    edges = [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**53, 2**53 + 1, 2**63 - 1]
+    ids = list(range(5000)) + [rng.randrange(2**63) for _ in range(1000)] + edges
+    with duckdb.connect() as con:
+        con.execute("create table ids (user_id bigint)")
+        con.executemany("insert into ids values (?)", [(user_id,) for user_id in ids])
+        got = con.sql(compiled.replace(" from ids", ", user_id from ids")).fetchall()
+    assert len(got) == len(ids)
+    for row in got:
+        user_id = row[-1]
+        assert list(row[:-1]) == [shard_of(user_id, count) for count in counts], user_id
+
+
+def test_project_dir_can_be_overridden(tmp_path, monkeypatch):
+    monkeypatch.setenv(PROJECT_DIR_ENV, str(tmp_path))
+    with pytest.raises(ModelsBuildError, match=PROJECT_DIR_ENV):
+        dbt_project_dir()
+    (tmp_path / "dbt_project.yml").write_text("name: x\n")
+    assert dbt_project_dir() == tmp_path

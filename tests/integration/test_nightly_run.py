@@ -1,0 +1,260 @@
+"""The nightly DAG end to end on the real soc-Slashdot0902 graph, checked by independent means.
+
+One module-scoped fixture loads the dataset, migrates a throwaway Airflow metadata DB and runs
+``airflow dags test recs_who_to_follow_nightly 2026-11-01`` exactly as ``make demo`` does. The
+tests then check the published result against a brute-force count written here with plain
+Polars joins over the snapshot (no kernel, no dbt), rerun one shard from the CLI and compare
+bytes, poison a second run and check the gate holds ``CURRENT``, and check CLI errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DATE = "2026-11-01"
+DAG_ID = "recs_who_to_follow_nightly"
+
+pytestmark = pytest.mark.slow
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECS_", "AIRFLOW"))}
+    env.update(
+        RECS_HOME=str(home / "data"),
+        AIRFLOW_HOME=str(home / "airflow"),
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        DBT_PROFILES_DIR=str(REPO / "dbt_project"),
+        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+    )
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], check: bool = True, timeout: int = 1800):
+    result = subprocess.run(
+        args, env=env, capture_output=True, text=True, cwd=REPO, timeout=timeout
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} exited {result.returncode}\n"
+            f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Run what `make demo` runs, in a throwaway RECS_HOME and AIRFLOW_HOME."""
+    home = tmp_path_factory.mktemp("demo")
+    env = _env(home)
+    _run([str(BIN / "recs"), "load-dataset", "slashdot", "--replace"], env)
+    _run([str(BIN / "airflow"), "db", "migrate"], env)
+    _run(
+        [str(BIN / "airflow"), "pools", "set", "recs_duckdb_writer", "1", "one DuckDB writer"], env
+    )
+    dag_run = _run([str(BIN / "airflow"), "dags", "test", DAG_ID, DATE], env)
+    data = home / "data"
+    run_dirs = sorted((data / "runs" / DATE).iterdir())
+    assert len(run_dirs) == 1, run_dirs
+    return {"home": home, "data": data, "env": env, "run_dir": run_dirs[0], "log": dag_run}
+
+
+def _recs(demo, *args: str, check: bool = True):
+    return _run([str(BIN / "recs"), *args], demo["env"], check=check)
+
+
+def test_dag_published_a_validated_version(demo):
+    current = (demo["data"] / "published" / "CURRENT").read_text().strip()
+    assert current == demo["run_dir"].name
+    listing = json.loads(_recs(demo, "runs", "--json").stdout)
+    (version,) = listing["versions"]
+    assert version["is_current"] is True
+    assert version["shard_count"] == 16
+    assert version["rows"] > 100_000  # tens of thousands of users × up to 20 rows
+    summary = json.loads((demo["run_dir"] / "validation" / "summary.json").read_text())
+    assert summary["success"] is True
+
+
+def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dict[int, list]:
+    """Independent reference over the whole snapshot, for users under both caps (no sampling).
+
+    candidates = follows of follows (active edges), mutual_count = distinct first-hop follows
+    reaching each; drop self, followed or pending, blocked either way, muted, dismissed, and
+    accounts not active or not discoverable; keep mutual_count >= 2; keep the top 500 by
+    (mutual_count desc, candidate_id asc); score = 0.7·min(m/25, 1) + 0.3·0.5^(days/14);
+    top 20 by (score desc, mutual_count desc, candidate_id asc).
+    """
+    edges = pl.read_parquet(snapshot / "follow_edges" / "**" / "*.parquet")
+    users = pl.read_parquet(snapshot / "users.parquet")
+    blocks = pl.read_parquet(snapshot / "blocks.parquet")
+    mutes = pl.read_parquet(snapshot / "mutes.parquet")
+    dismissed = pl.read_parquet(snapshot / "dismissed_candidates.parquet")
+    active = edges.filter(pl.col("status") == "active").select("follower_id", "followee_id")
+    hop1 = active.filter(pl.col("follower_id").is_in(user_ids)).rename(
+        {"follower_id": "user_id", "followee_id": "friend_id"}
+    )
+    hop2 = hop1.join(
+        active.rename({"follower_id": "friend_id", "followee_id": "candidate_id"}),
+        on="friend_id",
+    )
+    counts = hop2.group_by("user_id", "candidate_id").agg(pl.len().alias("mutual_count"))
+    excluded = pl.concat(
+        [
+            edges.select(pl.col("follower_id").alias("user_id"), pl.col("followee_id").alias("x")),
+            blocks.select(pl.col("blocker_id").alias("user_id"), pl.col("blocked_id").alias("x")),
+            blocks.select(pl.col("blocked_id").alias("user_id"), pl.col("blocker_id").alias("x")),
+            mutes.select(pl.col("muter_id").alias("user_id"), pl.col("muted_id").alias("x")),
+            dismissed.select("user_id", pl.col("candidate_id").alias("x")),
+        ]
+    ).rename({"x": "candidate_id"})
+    recommendable = users.filter(
+        (pl.col("account_status") == "active") & pl.col("is_discoverable")
+    ).select(pl.col("user_id").alias("candidate_id"), "last_active_at")
+    as_of_naive = as_of.replace(tzinfo=None)
+    pruned = (
+        counts.filter(pl.col("user_id") != pl.col("candidate_id"))
+        .join(excluded, on=["user_id", "candidate_id"], how="anti")
+        .join(recommendable, on="candidate_id", how="inner")
+        .filter(pl.col("mutual_count") >= 2)
+        .sort(["user_id", "mutual_count", "candidate_id"], descending=[False, True, False])
+        .group_by("user_id", maintain_order=True)
+        .head(500)
+    )
+    days = (pl.lit(as_of_naive) - pl.col("last_active_at")).dt.total_microseconds() / 86.4e9
+    scored = pruned.with_columns(
+        score=0.7 * pl.min_horizontal(pl.col("mutual_count") / 25.0, pl.lit(1.0))
+        + 0.3 * pl.lit(0.5).pow(pl.max_horizontal(days, pl.lit(0.0)) / 14.0)
+    ).sort(
+        ["user_id", "score", "mutual_count", "candidate_id"], descending=[False, True, True, False]
+    )
+    top = scored.group_by("user_id", maintain_order=True).head(20)
+    return {
+        user: [
+            (r["candidate_id"], r["mutual_count"], r["score"]) for r in group.iter_rows(named=True)
+        ]
+        for (user,), group in top.group_by("user_id")
+    }
+
+
+def _users_under_caps(snapshot: Path, as_of: dt.datetime, how_many: int) -> list[int]:
+    """Eligible users with <= 200 active follows, each of which follows <= 50 accounts."""
+    edges = pl.read_parquet(snapshot / "follow_edges" / "**" / "*.parquet").filter(
+        pl.col("status") == "active"
+    )
+    users = pl.read_parquet(snapshot / "users.parquet")
+    out_degree = edges.group_by("follower_id").agg(pl.len().alias("d"))
+    worst_friend = (
+        edges.join(out_degree.rename({"follower_id": "followee_id"}), on="followee_id", how="left")
+        .group_by("follower_id")
+        .agg(pl.col("d").fill_null(0).max().alias("worst"), pl.len().alias("follows"))
+    )
+    window = as_of.replace(tzinfo=None) - dt.timedelta(days=30)
+    eligible = users.filter(
+        (pl.col("account_status") == "active") & (pl.col("last_active_at") >= window)
+    ).select(pl.col("user_id").alias("follower_id"))
+    chosen = (
+        worst_friend.join(eligible, on="follower_id")
+        .filter((pl.col("follows") <= 200) & (pl.col("worst") <= 50) & (pl.col("follows") >= 5))
+        .sort("follows", "follower_id", descending=[True, False])
+    )
+    return chosen["follower_id"].head(how_many).to_list()
+
+
+def test_recommendations_equal_a_brute_force_count_on_real_data(demo):
+    snapshot = demo["run_dir"] / "snapshot"
+    as_of = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    users = _users_under_caps(snapshot, as_of, how_many=12)
+    assert len(users) == 12
+    expected = _brute_force(snapshot, users, as_of)
+    assert sum(len(v) for v in expected.values()) > 50, "sample must exercise real lists"
+    for user in users:
+        document = json.loads(_recs(demo, "recommend", str(user), "--json").stdout)
+        assert document["source"] == "batch"
+        assert document["run_id"] == demo["run_dir"].name
+        got = [(i["candidate_id"], i["mutual_count"], i["score"]) for i in document["items"]]
+        want = expected.get(user, [])
+        assert [(c, m) for c, m, _ in got] == [(c, m) for c, m, _ in want], user
+        assert [s for *_, s in got] == pytest.approx([s for *_, s in want], abs=1e-12)
+        assert [i["rank"] for i in document["items"]] == list(range(1, len(got) + 1))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_rerunning_one_shard_from_the_cli_writes_identical_bytes(demo):
+    output = demo["run_dir"] / "shards" / "shard_id=003" / "recommendations.parquet"
+    before = _sha(output)
+    output.unlink()
+    _recs(demo, "shard", "run", "--snapshot-date", DATE, "--shard", "3")
+    assert _sha(output) == before
+
+
+def test_poisoned_run_fails_the_gate_and_current_stays(demo, monkeypatch):
+    """A second run whose shard output recommends an account the user already follows."""
+    from recs import pipeline
+    from recs.config import Settings
+    from recs.errors import ValidationFailedError
+    from recs.runs import RunPaths
+
+    data = demo["data"]
+    current_before = (data / "published" / "CURRENT").read_text()
+    monkeypatch.setenv("RECS_HOME", str(data))
+    paths = RunPaths.create(data, "2026-11-02", "poisoned")
+    pipeline.freeze_snapshot(paths, Settings(home=data))
+    pipeline.build_models(paths)
+    pipeline.build_graph(paths)
+    for shard_id in pipeline.plan_shards(paths):
+        pipeline.traverse_shard(paths, shard_id)
+    # Poison shard 0: the first user's rank-1 candidate becomes an account that user follows.
+    target = paths.shard_output(0)
+    frame = pl.read_parquet(target)
+    user = frame["user_id"][0]
+    edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "**" / "*.parquet")
+    followed = edges.filter(pl.col("follower_id") == user)["followee_id"][0]
+    poisoned = frame.with_columns(
+        candidate_id=pl.when((pl.col("user_id") == user) & (pl.col("rank") == 1))
+        .then(pl.lit(followed, pl.Int64))
+        .otherwise(pl.col("candidate_id"))
+    )
+    poisoned.write_parquet(target)
+    with pytest.raises(ValidationFailedError):
+        pipeline.validate_run(paths)
+    with pytest.raises(ValidationFailedError):
+        pipeline.publish_run(paths)
+    assert (data / "published" / "CURRENT").read_text() == current_before
+    assert not (data / "published" / "poisoned").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recommend", "99999999"], "unknown user 99999999"),
+        (
+            ["shard", "run", "--snapshot-date", "2026-13-01", "--shard", "1"],
+            "invalid snapshot date",
+        ),
+        (["shard", "run", "--snapshot-date", DATE, "--shard", "16"], "out of range"),
+        (["shard", "run", "--snapshot-date", "2020-01-01", "--shard", "1"], "no snapshot"),
+        (["recommend", "abc"], "valid integer"),
+    ],
+)
+def test_bad_arguments_exit_nonzero_with_one_line(demo, args, needle):
+    result = _recs(demo, *args, check=False)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("recs: error:")
+    assert needle in lines[0]

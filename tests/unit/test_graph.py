@@ -1,0 +1,167 @@
+"""The capped CSR graph (recs.graph)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from traversal_fixtures import Fixture, settings_for, users_with, write_run
+
+from recs.contracts import SNAPSHOT_SCHEMAS, SchemaMismatchError
+from recs.errors import RunNotFoundError
+from recs.graph import DenseIndex, build_graph, load_graph, partition_files, sample_sorted
+from recs.manifest import read_json, write_json
+from recs.sampling import capped_follows, sample_keys
+
+SEED = 20_240_601
+
+# Users 1..5; 99 is not in users. Over two shards (shard_of: 1,4,5 -> 1; 2,3,99 -> 0).
+EDGES = [
+    (1, 2, "active"), (1, 3, "active"), (1, 4, "active"), (1, 5, "active"),
+    (2, 3, "active"), (2, 99, "active"), (2, 4, "pending"),
+    (3, 3, "active"),
+    (99, 1, "active"),
+    (5, 1, "active"),
+]
+
+
+def tiny_graph(tmp_path, hop2_cap=3):
+    settings = settings_for(tmp_path, shard_count=2, hop2_cap=hop2_cap)
+    paths = write_run(Fixture(users=users_with([5, 3, 1, 4, 2]), edges=EDGES), settings)
+    return paths, settings
+
+
+def test_build_graph_caps_rows_in_sample_order(tmp_path):
+    """Dense ids are positions in sorted users [1..5], so dense = id - 1.
+
+    Row 1: user 1's active follows 2,3,4,5 in sample order are 3, 4, 5, 2 (the order
+    ``capped_follows`` gives; pinned by test_sampling), capped at hop2_cap=3 -> 3, 4, 5.
+    Row 2: 2->3 kept; 2->99 dropped (99 not in users); 2->4 pending, not expanded -> [3].
+    Row 3: 3->3 is a self-follow, dropped -> []. Row 4: no follows -> [].
+    Row 5: 5->1 -> [1]. The edge 99->1 is dropped (unknown follower).
+    Counts: 10 read, 1 pending, 2 unknown endpoint, 1 self-loop, 1 row capped, 5 kept.
+    """
+    paths, settings = tiny_graph(tmp_path)
+    assert capped_follows(1, [2, 3, 4, 5], 4, SEED) == [3, 4, 5, 2]
+    result = build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    assert graph.user_ids.tolist() == [1, 2, 3, 4, 5]
+    assert graph.indptr.tolist() == [0, 3, 4, 4, 4, 5]
+    assert (graph.user_ids[graph.indices]).tolist() == [3, 4, 5, 3, 1]
+    assert graph.follows(1) == [3, 4, 5]
+    assert graph.follows(99) == []
+    assert result["n_edges"] == 5 and result["n_nodes"] == 5
+    meta = read_json(paths.graph_dir / "meta.json")
+    assert {k: meta[k] for k in (
+        "edges_read", "pending_skipped", "unknown_endpoint_dropped", "self_loops_dropped",
+        "duplicates_dropped", "rows_capped", "max_row_length", "hop2_cap", "sample_seed",
+    )} == {
+        "edges_read": 10, "pending_skipped": 1, "unknown_endpoint_dropped": 2,
+        "self_loops_dropped": 1, "duplicates_dropped": 0, "rows_capped": 1,
+        "max_row_length": 3, "hop2_cap": 3, "sample_seed": SEED,
+    }
+    assert meta["partitions"] == [0, 1]
+
+
+def test_hop2_cap_one_keeps_the_first_in_sample_order(tmp_path):
+    """With hop2_cap=1 row 1 is just [3], the first of 3, 4, 5, 2."""
+    paths, settings = tiny_graph(tmp_path, hop2_cap=1)
+    build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    assert graph.follows(1) == [3]
+    assert graph.indptr.tolist() == [0, 1, 2, 2, 2, 3]
+
+
+def test_graph_is_memory_mapped_read_only(tmp_path):
+    paths, settings = tiny_graph(tmp_path)
+    build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    for array in (graph.user_ids, graph.indptr, graph.indices):
+        assert isinstance(array, np.memmap)
+        assert not array.flags.writeable
+    assert graph.indices.dtype == np.int32 and graph.indptr.dtype == np.int64
+
+
+def test_rebuild_writes_identical_bytes(tmp_path):
+    paths, settings = tiny_graph(tmp_path)
+    build_graph(paths, settings)
+    first = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    build_graph(paths, settings)
+    second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    assert first == second
+    assert sorted(first) == ["indices.npy", "indptr.npy", "meta.json", "user_ids.npy"]
+
+
+def test_follower_split_across_partitions_is_capped_once(tmp_path):
+    """Not the snapshot's layout, but harmless: user 1's follows split over two partitions
+    (2, 3 in one; 4, 5 and a duplicate 1->3 in another) still give row 1 = [3, 4, 5]."""
+    paths, settings = tiny_graph(tmp_path)
+    extra = pl.DataFrame(
+        {"follower_id": [1, 1, 1], "followee_id": [4, 5, 3], "created_at": [None] * 3,
+         "status": ["active"] * 3},
+        schema=SNAPSHOT_SCHEMAS["follow_edges"],
+    )
+    part = paths.snapshot_dir / "follow_edges" / "shard_id=000" / "part-1.parquet"
+    extra.write_parquet(part)
+    build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    assert graph.follows(1) == [3, 4, 5]
+    assert graph.follows(2) == [3]
+    assert graph.meta["duplicates_dropped"] == 3  # 1->4, 1->5, 1->3 each seen twice
+
+
+def test_load_graph_errors(tmp_path):
+    paths, settings = tiny_graph(tmp_path)
+    with pytest.raises(RunNotFoundError, match="indices.npy|user_ids.npy"):
+        load_graph(paths.graph_dir)
+    build_graph(paths, settings)
+    meta = read_json(paths.graph_dir / "meta.json")
+    write_json(paths.graph_dir / "meta.json", {**meta, "n_edges": meta["n_edges"] + 1})
+    with pytest.raises(SchemaMismatchError, match="indices"):
+        load_graph(paths.graph_dir)
+
+
+def test_missing_users_file_is_a_clear_error(tmp_path):
+    paths, settings = tiny_graph(tmp_path)
+    (paths.snapshot_dir / "users.parquet").unlink()
+    with pytest.raises(RunNotFoundError, match="users.parquet"):
+        build_graph(paths, settings)
+
+
+def test_partition_files_reads_padded_and_plain_folders(tmp_path):
+    for name in ("shard_id=007", "shard_id=12", "shard_id=x", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data_0.parquet").write_bytes(b"")
+    found = partition_files(tmp_path)
+    assert sorted(found) == [7, 12]
+    assert found[7] == [tmp_path / "shard_id=007" / "data_0.parquet"]
+    assert partition_files(tmp_path / "missing") == {}
+
+
+@pytest.mark.parametrize("ids", [np.arange(1000) + 50, np.arange(1000) * 1_000_003 + 7])
+def test_dense_index_table_and_hash_agree_with_binary_search(ids):
+    """Compact ids use a lookup table, sparse ids a hash table; both must equal searchsorted."""
+    index = DenseIndex(ids)
+    assert (index.table is not None) == (ids[-1] - ids[0] < 10_000)
+    rng = np.random.default_rng(3)
+    queries = np.r_[rng.choice(ids, 500), rng.integers(-10, ids[-1] + 10, 500), [2**62]]
+    pos = np.minimum(np.searchsorted(ids, queries), len(ids) - 1)
+    expected = np.where(ids[pos] == queries, pos, -1)
+    assert index(queries).tolist() == expected.tolist()
+    assert DenseIndex(np.zeros(0, np.int64))(queries).tolist() == [-1] * len(queries)
+
+
+def test_sample_sorted_equals_lexsort_and_handles_ties():
+    rng = np.random.default_rng(5)
+    groups = rng.integers(0, 50, 5000)
+    followees = rng.integers(0, 10**9, 5000)
+    keys = sample_keys(groups, followees, SEED)
+    expected = np.lexsort((followees, keys, groups))
+    assert sample_sorted(groups, 50, keys, followees).tolist() == expected.tolist()
+    # duplicate pairs tie on the packed key: the exact fallback must still match lexsort
+    groups2, followees2 = np.r_[groups, groups[:10]], np.r_[followees, followees[:10]]
+    keys2 = sample_keys(groups2, followees2, SEED)
+    order = sample_sorted(groups2, 50, keys2, followees2)
+    expected2 = np.lexsort((followees2, keys2, groups2))
+    assert groups2[order].tolist() == groups2[expected2].tolist()
+    assert followees2[order].tolist() == followees2[expected2].tolist()

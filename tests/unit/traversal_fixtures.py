@@ -1,0 +1,150 @@
+"""Builds tiny runs on disk (snapshot + dbt exports) for the graph and traversal tests.
+
+The files follow ``recs.contracts`` exactly and the layout of ``recs.runs``: follow edges under
+``snapshot/follow_edges/shard_id=NNN/part-0.parquet`` (zero-padded, by shard of follower_id),
+exports under ``exports/<name>/shard_id=N/data_0.parquet`` (not padded, as DuckDB writes them;
+a shard without eligible users gets no folder at all). The exports are derived the way the dbt
+models define them, so each test only lists users, edges and the extra exclusion rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from recs.config import Settings
+from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, conform
+from recs.manifest import write_json
+from recs.runs import RunPaths
+from recs.sharding import shard_of
+
+SNAPSHOT_DATE = dt.date(2026, 11, 1)
+AS_OF = dt.datetime(2026, 11, 2)  # midnight UTC after the snapshot date (RunPaths.as_of)
+CREATED = dt.datetime(2025, 1, 1)
+
+
+@dataclass
+class User:
+    user_id: int
+    last_active_at: dt.datetime | None = AS_OF
+    account_status: str = "active"
+    is_discoverable: bool = True
+    eligible: bool = True
+
+
+@dataclass
+class Fixture:
+    """A tiny graph: users, follow edges and extra exclusion rows (blocked, muted, ...)."""
+
+    users: list[User]
+    edges: list[tuple[int, int, str]]  # (follower_id, followee_id, status)
+    exclusions: list[tuple[int, int, str]] = field(default_factory=list)  # (user, excluded, reason)
+    missing_profiles: set[int] = field(default_factory=set)  # users without a profile row
+
+
+def settings_for(tmp_path, **overrides) -> Settings:
+    values = {"home": tmp_path / "home", "shard_count": 1}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def users_with(ids: Iterable[int], **attributes) -> list[User]:
+    return [User(user_id=i, **attributes) for i in ids]
+
+
+def write_run(fixture: Fixture, settings: Settings, run_id: str = "test_run") -> RunPaths:
+    """Write the snapshot and exports of ``fixture`` under ``settings.home``; return the paths."""
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, run_id)
+    shards = settings.shard_count
+    users = pl.DataFrame(
+        {
+            "user_id": [u.user_id for u in fixture.users],
+            "created_at": [CREATED] * len(fixture.users),
+            "last_active_at": [u.last_active_at for u in fixture.users],
+            "account_status": [u.account_status for u in fixture.users],
+            "is_discoverable": [u.is_discoverable for u in fixture.users],
+            "is_private": [False] * len(fixture.users),
+        },
+        schema=SNAPSHOT_SCHEMAS["users"],
+    )
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    users.write_parquet(paths.snapshot_dir / "users.parquet")
+
+    edges = pl.DataFrame(
+        {
+            "follower_id": [e[0] for e in fixture.edges],
+            "followee_id": [e[1] for e in fixture.edges],
+            "created_at": [CREATED] * len(fixture.edges),
+            "status": [e[2] for e in fixture.edges],
+        },
+        schema=SNAPSHOT_SCHEMAS["follow_edges"],
+    )
+    edge_shards = [shard_of(f, shards) for f in edges["follower_id"].to_list()]
+    edges = edges.with_columns(pl.Series("shard", edge_shards, dtype=pl.Int64))
+    for shard in range(shards):
+        part = paths.snapshot_dir / "follow_edges" / f"shard_id={shard:03d}"
+        part.mkdir(parents=True, exist_ok=True)
+        edges.filter(pl.col("shard") == shard).drop("shard").write_parquet(part / "part-0.parquet")
+    write_json(
+        paths.snapshot_manifest,
+        {"settings": settings.model_dump(mode="json"), "snapshot_date": str(SNAPSHOT_DATE)},
+    )
+
+    exports = paths.exports_dir
+    exports.mkdir(parents=True, exist_ok=True)
+    eligible = [u.user_id for u in fixture.users if u.eligible]
+    _write_by_shard(
+        pl.DataFrame({"user_id": eligible}, schema=EXPORT_SCHEMAS["eligible_users"]),
+        exports / "eligible_users", shards,
+    )
+    follow_rows = [
+        (f, t, "following" if s == "active" else "pending") for f, t, s in fixture.edges
+    ]
+    exclusion_rows = follow_rows + list(fixture.exclusions)
+    exclusions = pl.DataFrame(
+        {
+            "user_id": [r[0] for r in exclusion_rows],
+            "excluded_id": [r[1] for r in exclusion_rows],
+            "reason": [r[2] for r in exclusion_rows],
+        },
+        schema=EXPORT_SCHEMAS["follow_exclusions"],
+    ).filter(pl.col("user_id").is_in(eligible))
+    _write_by_shard(exclusions, exports / "follow_exclusions", shards)
+
+    in_degree = (
+        edges.filter(pl.col("status") == "active")
+        .group_by("followee_id")
+        .agg(pl.len().cast(pl.Int64).alias("in_degree"))
+    )
+    profiles = (
+        users.filter(~pl.col("user_id").is_in(sorted(fixture.missing_profiles)))
+        .rename({"user_id": "candidate_id"})
+        .join(in_degree, left_on="candidate_id", right_on="followee_id", how="left")
+        .with_columns(
+            pl.col("in_degree").fill_null(0),
+            (
+                (pl.col("account_status") == "active") & pl.col("is_discoverable")
+            ).alias("is_recommendable"),
+        )
+    )
+    conform(profiles, EXPORT_SCHEMAS["candidate_profiles"]).sort("candidate_id").write_parquet(
+        exports / "candidate_profiles.parquet"
+    )
+    return paths
+
+
+def _write_by_shard(frame: pl.DataFrame, root, shards: int) -> None:
+    """Hive layout ``root/shard_id=N/data_0.parquet``; shards without rows get no folder."""
+    key = frame.columns[0]
+    with_shard = frame.with_columns(
+        pl.Series("shard", [shard_of(v, shards) for v in frame[key].to_list()], dtype=pl.Int64)
+    )
+    for shard in sorted(set(with_shard["shard"].to_list())):
+        part = root / f"shard_id={shard}"
+        part.mkdir(parents=True, exist_ok=True)
+        with_shard.filter(pl.col("shard") == shard).drop("shard").write_parquet(
+            part / "data_0.parquet"
+        )
