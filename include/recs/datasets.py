@@ -495,7 +495,7 @@ def generate_interests(n_users: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
     Tags are drawn without replacement with weight ``(i + 1) ** -INTEREST_TAG_EXPONENT``
     (Gumbel top-k: the k largest of ``log w + Gumbel noise`` are a weighted sample without
-    replacement; Vieira 2014, "Gumbel-max trick and weighted reservoir sampling").
+    replacement; Kool, van Hoof, Welling, "Stochastic Beams and Where to Find Them", ICML 2019).
     """
     rng = rng_for(seed, RandomStream.INTERESTS)
     counts = rng.choice(len(INTEREST_COUNT_PROBABILITIES), n_users, p=INTEREST_COUNT_PROBABILITIES)
