@@ -19,7 +19,8 @@ export PATH := $(BIN):$(PATH)
 
 # The fixed reference date of the generated fields of the real datasets (recs.datasets).
 DEMO_DATE := 2026-11-01
-DEMO_USERS := 1 2 3
+DEMO_USERS := 1 5 2494
+DUCKDB_POOL := recs_duckdb_writer
 
 .PHONY: help venv demo test test-fast lint bench dbt-docs clean
 
@@ -41,8 +42,12 @@ $(AIRFLOW_HOME)/airflow.db: $(STAMP)
 
 demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Load soc-Slashdot0902, run the nightly DAG for DEMO_DATE, show results
 	$(BIN)/recs load-dataset slashdot --replace
-	time $(BIN)/airflow dags test recs_who_to_follow_nightly $(DEMO_DATE) > $(RECS_HOME)/demo-dag.log 2>&1 \
+	$(BIN)/airflow pools set $(DUCKDB_POOL) 1 "one DuckDB writer at a time" > /dev/null
+	@echo "running the DAG recs_who_to_follow_nightly for $(DEMO_DATE) (log: $(RECS_HOME)/demo-dag.log) ..."
+	$(BIN)/airflow dags test recs_who_to_follow_nightly $(DEMO_DATE) > $(RECS_HOME)/demo-dag.log 2>&1 \
 		|| (tail -60 $(RECS_HOME)/demo-dag.log; exit 1)
+	@$(BIN)/airflow tasks states-for-dag-run recs_who_to_follow_nightly $(DEMO_DATE) -o json 2>/dev/null \
+		| $(BIN)/python bench/stage_times.py
 	$(BIN)/recs runs
 	$(BIN)/recs summary --snapshot-date $(DEMO_DATE)
 	@for u in $(DEMO_USERS); do $(BIN)/recs recommend $$u; done
