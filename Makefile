@@ -44,7 +44,7 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Load soc-Slashdot0902, run the nigh
 	$(BIN)/recs load-dataset slashdot --replace
 	$(BIN)/airflow pools set $(DUCKDB_POOL) 1 "one DuckDB writer at a time" > /dev/null
 	@echo "running the DAG recs_who_to_follow_nightly for $(DEMO_DATE) (log: $(RECS_HOME)/demo-dag.log) ..."
-	$(BIN)/airflow dags test recs_who_to_follow_nightly $(DEMO_DATE) > $(RECS_HOME)/demo-dag.log 2>&1 \
+	@$(BIN)/airflow dags test recs_who_to_follow_nightly $(DEMO_DATE) > $(RECS_HOME)/demo-dag.log 2>&1 \
 		|| (tail -60 $(RECS_HOME)/demo-dag.log; exit 1)
 	@$(BIN)/airflow tasks states-for-dag-run recs_who_to_follow_nightly $(DEMO_DATE) -o json 2>/dev/null \
 		| $(BIN)/python bench/stage_times.py
