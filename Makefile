@@ -22,7 +22,7 @@ DEMO_DATE := 2026-11-01
 DEMO_USERS := 1 5 2494
 DUCKDB_POOL := recs_duckdb_writer
 
-.PHONY: help venv demo test test-fast lint bench dbt-docs clean
+.PHONY: help venv demo test test-fast lint bench bench-scale dbt-docs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -52,10 +52,10 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Load soc-Slashdot0902, run the nigh
 	$(BIN)/recs summary --snapshot-date $(DEMO_DATE)
 	@for u in $(DEMO_USERS); do $(BIN)/recs recommend $$u; done
 
-test: $(STAMP) ## Install everything, then lint, dbt parse and run every test (what CI runs)
+test: $(STAMP) postgres-server ## Install everything, then lint, dbt parse and run every test (what CI runs)
 	$(BIN)/ruff check dags plugins include tests bench
 	cd dbt_project && $(BIN)/dbt parse --quiet --vars '{run_dir: /tmp/recs-dbt-parse}'
-	$(BIN)/python -m pytest -q tests
+	RECS_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest -q tests
 
 test-fast: $(STAMP) ## Unit and DAG tests only (skips slow real-data tests)
 	$(BIN)/python -m pytest -q -m "not slow" tests
@@ -63,11 +63,49 @@ test-fast: $(STAMP) ## Unit and DAG tests only (skips slow real-data tests)
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check dags plugins include tests bench
 
+# Both benchmarks use their own RECS_HOME under /tmp (never data/); e.g.
+#   make bench BENCH_ARGS="--users 1000000 --shards 16"    make bench-scale SCALE_ARGS="--reuse-store"
 bench: $(STAMP) ## Traversal benchmark: ours vs pure Python vs DuckDB SQL, side by side
-	$(BIN)/python bench/traversal.py
+	$(BIN)/python bench/traversal.py $(BENCH_ARGS)
+
+bench-scale: $(STAMP) ## 1 M users / 50 M edges through every nightly stage: time and memory
+	$(BIN)/python bench/scale_run.py $(SCALE_ARGS)
 
 dbt-docs: $(STAMP) ## Generate and serve dbt docs for the latest run (lineage to the exposures)
 	cd dbt_project && $(BIN)/dbt docs generate --vars "{run_dir: $$(ls -d $(RECS_HOME)/runs/*/* | tail -1)}" && $(BIN)/dbt docs serve --port 8081
 
 clean: ## Remove data/ (live store, runs, published) — keeps .venv
 	rm -rf $(RECS_HOME)
+
+# --- the read API (issue 3) ---------------------------------------------------------------------
+API_WORKERS ?= 2
+.PHONY: serve bench-api
+
+serve: $(STAMP) ## Serve the read API on :8000 (needs RECS_API_JWT_SECRET; `recs token ID` mints)
+	$(BIN)/recs serve --workers $(API_WORKERS)
+
+bench-api: $(STAMP) ## Load-test the read API with wrk on a Slashdot run: req/s, p50/p99/p999 by path
+	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk (Debian)"; \
+		apt-get install -y -qq wrk >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq wrk; }; }
+	$(BIN)/python bench/api.py --workers $(API_WORKERS)
+
+# --- PostgreSQL live store and event ingestion (issue 4) ---------------------------------------
+# The tests and bench-ingest run the live store on a real PostgreSQL too: each session starts a
+# private throwaway cluster (recs.pgserver: initdb + pg_ctl, as the `postgres` user when run as
+# root) from the server binaries of Debian's `postgresql` package, installed here once.
+.PHONY: postgres-server bench-ingest
+
+postgres-server: ## Install Debian's PostgreSQL server binaries if missing (tests start their own)
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ -n "$$RECS_PG_BINDIR" ]; then \
+		echo "PostgreSQL server binaries: $$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)$$RECS_PG_BINDIR"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
+	else \
+		echo "PostgreSQL server binaries missing: run 'make postgres-server' as root, or install" \
+			"Debian's postgresql package, or set RECS_PG_BINDIR" >&2; exit 1; \
+	fi
+
+BENCH_INGEST_ARGS ?=
+bench-ingest: $(STAMP) postgres-server ## Ingest rate and follow/unfollow write latency with vs without a concurrent snapshot, SQLite and PostgreSQL
+	$(BIN)/python bench/ingest.py $(BENCH_INGEST_ARGS)

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from recs.errors import RecsError, UnknownUserError
+from recs.errors import RecsError
 
 app = typer.Typer(
     name="recs",
@@ -108,6 +108,94 @@ def generate_graph(
     _emit(summary, as_json, lambda doc: _print_mapping("generated graph", doc))
 
 
+@app.command("ingest")
+def ingest(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Event files (.jsonl, .ndjson, .json, .gz, .parquet) or folders."),
+    ] = None,
+    landing: Annotated[
+        bool,
+        typer.Option(
+            "--landing",
+            help="Ingest the landing folder's new files and move them to landing/ingested/ "
+            "(what the recs_ingest_events DAG runs).",
+        ),
+    ] = False,
+    batch_events: Annotated[
+        int | None, typer.Option("--batch-events", min=1, help="Events per transaction.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply follow/unfollow/block/... events to the live store: idempotent by event_id,
+    last writer wins per relationship, bad lines quarantined (read = applied + duplicates +
+    superseded + quarantined)."""
+    from recs import ingest as _ingest
+
+    settings = _settings()
+    if landing == bool(paths):
+        raise RecsError("give event files or folders to ingest, or --landing (not both)")
+    if landing:
+        result = _ingest.ingest_landing(settings, progress=_progress)
+    else:
+        result = _ingest.ingest_paths(
+            paths or [],
+            settings,
+            batch_events=batch_events or _ingest.BATCH_EVENTS,
+            progress=_progress,
+        )
+
+    def render(doc):
+        table = Table(title=f"ingested into {doc['store']} in {doc['seconds']:.1f} s")
+        for column in ("file", "read", "applied", "duplicates", "superseded", "quarantined"):
+            table.add_column(column, justify="left" if column == "file" else "right")
+        for entry in [*doc["files"], {"path": "total", **doc}]:
+            table.add_row(
+                str(entry["path"]),
+                *(
+                    f"{entry[key]:,}"
+                    for key in ("read", "applied", "duplicates", "superseded", "quarantined")
+                ),
+            )
+        out.print(table)
+        if doc["quarantine_reasons"]:
+            reasons = ", ".join(f"{k} {v:,}" for k, v in doc["quarantine_reasons"].items())
+            err.print(f"quarantined by reason: {reasons} (table quarantined_events)")
+
+    _emit(result, as_json, render)
+
+
+@app.command("reconcile")
+def reconcile(
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Replace drifted counts with the recomputed ones.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute follower/following counts from the active follows and report drift against
+    the maintained counts; exits 1 if drift remains (none, or repaired: 0)."""
+    from recs.ingest import CountsDriftError, reconcile_counts
+
+    report = reconcile_counts(_settings(), repair=repair)
+
+    def render(doc):
+        _print_mapping("follow counts", {k: v for k, v in doc.items() if k != "examples"})
+        if doc["examples"]:
+            table = Table(title="drifted users (first few)")
+            for column in doc["examples"][0]:
+                table.add_column(column, justify="right")
+            for example in doc["examples"]:
+                table.add_row(*(f"{value:,}" for value in example.values()))
+            out.print(table)
+
+    _emit(report, as_json, render)
+    if report["users_drifted"] and not report["repaired"]:
+        raise CountsDriftError(
+            f"follow counts drifted for {report['users_drifted']:,} users: "
+            "`recs reconcile --repair` recomputes them from the edges"
+        )
+
+
 @app.command("run")
 def run(
     snapshot_date: SnapshotDate,
@@ -164,12 +252,20 @@ def runs(as_json: JsonOpt = False) -> None:
     """Published versions, their shard counts and rows, and which one is current."""
     from recs.published import list_versions
 
-    versions = list_versions(_settings().published_dir)
+    settings = _settings()
+    versions = list_versions(settings.published_dir)
 
     def render(doc):
+        if not doc["versions"]:
+            err.print(
+                f"nothing published under {settings.published_dir.resolve()}: run `make demo` "
+                "or `recs run`, or set RECS_HOME to your data directory",
+                highlight=False,
+            )
+            return
         table = Table(title="published versions")
         for column in ("current", "run_id", "snapshot_date", "shards", "users", "rows"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for version in doc["versions"]:
             table.add_row(
                 "*" if version.get("is_current") else "",
@@ -187,55 +283,49 @@ def runs(as_json: JsonOpt = False) -> None:
 @app.command("recommend")
 def recommend(
     user_id: Annotated[int, typer.Argument(help="The user to recommend for.", min=0)],
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Items to show (default api_default_limit).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The published who-to-follow list of one user, with score, mutual count and followed-by."""
-    from recs.published import current_version, recommendations_for
+    """One user's who-to-follow list through the read path the API serves (batch list checked
+    against the live store, or cold start), with score, mutual count and followed-by."""
+    from recs import serving
 
     settings = _settings()
-    if not _user_exists(settings, user_id):
-        raise UnknownUserError(f"unknown user {user_id}: not in the live store")
-    version = current_version(settings.published_dir)
-    frame = recommendations_for(settings.published_dir, user_id, version)
-    items = [
-        {
-            "candidate_id": row["candidate_id"],
-            "rank": row["rank"],
-            "score": row["score"],
-            "mutual_count": row["mutual_count"],
-            "followed_by": list(row["followed_by"] or []),
-        }
-        for row in frame.iter_rows(named=True)
-    ]
-    generated_at = frame["generated_at"][0] if frame.height else None
-    document = {
-        "user_id": user_id,
-        "source": "batch",
-        "run_id": version,
-        "generated_at": generated_at.isoformat() + "Z" if generated_at else None,
-        "items": items,
-    }
+    count = serving.parse_limit(limit, settings)
+    store = serving.LiveStore(settings.live_store_url, timeout_ms=settings.api_store_timeout_ms)
+    try:
+        document = serving.who_to_follow(
+            user_id,
+            count,
+            version=serving.load_current(settings),
+            store=store,
+            settings=settings,
+            now=serving.wall_clock(),
+        )
+    finally:
+        store.close()
 
     def render(doc):
         if not doc["items"]:
-            err.print(
-                f"user {user_id} has no batch recommendations in {version} "
-                "(not eligible tonight, or no friend-of-friend passed the filters)",
-                highlight=False,
-            )
+            err.print(f"no account can be recommended to user {user_id} now", highlight=False)
             return
-        table = Table(title=f"who to follow for user {user_id} — {version}")
+        table = Table(
+            title=f"who to follow for user {user_id} — {doc['source']}, {doc['run_id'] or 'none'}"
+        )
         for column in ("rank", "candidate_id", "score", "mutual_count", "followed by"):
             table.add_column(column, justify="right" if column != "followed by" else "left")
         for item in doc["items"]:
-            others = item["mutual_count"] - len(item["followed_by"])
-            followed = ", ".join(str(i) for i in item["followed_by"])
+            followed = ", ".join(str(i) for i in item["followed_by"]["ids"])
+            others = item["followed_by"]["others"]
             if others > 0:
                 followed += f" and {others} other{'s' if others > 1 else ''}"
+            score = item["score"]
             table.add_row(
                 str(item["rank"]),
                 str(item["candidate_id"]),
-                f"{item['score']:.4f}",
+                "" if score is None else f"{score:.4f}",
                 str(item["mutual_count"]),
                 followed,
             )
@@ -244,22 +334,54 @@ def recommend(
     _emit(document, as_json, render)
 
 
-def _user_exists(settings, user_id: int) -> bool:
-    from sqlalchemy import select
+@app.command("serve")
+def serve(
+    host: Annotated[str | None, typer.Option("--host", help="Default api_host.")] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", min=1, max=65535, help="Default api_port.")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=1, max=64, help="Default api_workers.")
+    ] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log every request (costs throughput).")
+    ] = False,
+) -> None:
+    """Serve the read API (uvicorn) from the published version CURRENT names and the live store;
+    a new version is picked up without a restart. Needs RECS_API_JWT_SECRET."""
+    from recs.api import serve as _serve
+    from recs.auth import secret_of
 
-    from recs.store import engine_for, users
+    settings = _settings()
+    secret_of(settings)  # one-line error before anything starts if RECS_API_JWT_SECRET is unset
+    host = host or settings.api_host
+    port = port or settings.api_port
+    workers = workers or settings.api_workers
+    err.print(
+        f"recs read API on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}), "
+        f"serving {settings.published_dir}/CURRENT",
+        highlight=False,
+    )
+    _serve(settings, host=host, port=port, workers=workers, access_log=access_log)
 
-    engine = engine_for(settings.live_store_url)
-    try:
-        with engine.connect() as connection:
-            row = connection.execute(
-                select(users.c.user_id).where(users.c.user_id == user_id)
-            ).first()
-    except Exception as error:  # noqa: BLE001 - one readable line for any store failure
-        raise RecsError(f"cannot read the live store {settings.live_store_url}: {error}") from None
-    finally:
-        engine.dispose()
-    return row is not None
+
+@app.command("token")
+def token(
+    user_id: Annotated[int, typer.Argument(help="The user the token speaks for (JWT sub).", min=0)],
+    service: Annotated[
+        bool, typer.Option("--service", help="Service role: may read any user's list.")
+    ] = False,
+    ttl: Annotated[
+        int | None, typer.Option("--ttl", min=1, help="Lifetime in seconds (api_token_ttl).")
+    ] = None,
+) -> None:
+    """Mint a bearer token for the read API from RECS_API_JWT_SECRET (local use and tests)."""
+    from recs.auth import mint_token, secret_of
+
+    settings = _settings()
+    secret = secret_of(settings)
+    ttl_seconds = ttl or settings.api_token_ttl_seconds
+    sys.stdout.write(mint_token(secret, user_id, service=service, ttl_seconds=ttl_seconds) + "\n")
 
 
 def _print_mapping(title: str, mapping: dict) -> None:
@@ -269,6 +391,8 @@ def _print_mapping(title: str, mapping: dict) -> None:
     for key, value in mapping.items():
         if isinstance(value, int) and not isinstance(value, bool):
             value = f"{value:,}"
+        elif isinstance(value, float):
+            value = f"{value:,.3f}"
         table.add_row(str(key), str(value))
     out.print(table)
 

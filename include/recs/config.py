@@ -14,6 +14,7 @@ Defaults and their source:
 - ``top_k`` 20: "the top twenty candidates per user are written".
 - ``eligibility_window_days`` 30: "users who were active in the last 30 days".
 - ``cold_start_account_age_hours`` 24, ``cold_start_min_following`` 5: its cold-start rule.
+- ``api_*``: the online read path (``recs serve``); ``api_jwt_secret`` has no default.
 - ``hub_in_degree_threshold``: the design uses 1,000,000 for 500 M users; ``None`` (default)
   scales it to the graph: the in-degree at the ``hub_quantile`` (99.9th percentile), at least
   ``hub_min_in_degree`` (100), so a 80 k-user graph still has a handful of hubs.
@@ -24,7 +25,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -74,6 +75,45 @@ class Settings(BaseSettings):
 
     cold_start_account_age_hours: float = Field(24.0, ge=0.0)
     cold_start_min_following: int = Field(5, ge=0)
+
+    # --- the online read path (recs.serving, recs.api, recs.auth) ---------------------------
+    # All excluded from model_dump(): they configure the API process, not a run, so they are
+    # not frozen into a run's snapshot manifest (and the secret is never written anywhere).
+    api_jwt_secret: SecretStr | None = Field(
+        None,
+        exclude=True,
+        description="HMAC secret signing API tokens (RECS_API_JWT_SECRET); no default is "
+        "shipped, `recs serve` and `recs token` refuse to run without one. At least 32 bytes "
+        "(RFC 7518 §3.2: an HS256 key at least as long as the hash).",
+    )
+    api_host: str = Field("127.0.0.1", exclude=True, description="Address `recs serve` binds.")
+    api_port: int = Field(8000, exclude=True, ge=1, le=65535, description="Port it binds.")
+    api_workers: int = Field(1, exclude=True, ge=1, le=64, description="uvicorn processes.")
+    api_default_limit: int = Field(20, exclude=True, ge=1, description="Items without ?limit.")
+    api_max_limit: int = Field(100, exclude=True, ge=1, le=10_000, description="Largest ?limit.")
+    api_reload_interval_seconds: float = Field(
+        0.5, exclude=True, gt=0.0, description="How often the API checks CURRENT for a version."
+    )
+    api_store_timeout_ms: int = Field(
+        2000, exclude=True, ge=0, description="SQLite busy timeout of the API's connections, ms."
+    )
+    api_token_ttl_seconds: int = Field(
+        3600, exclude=True, ge=1, description="Lifetime of `recs token`s."
+    )
+    api_cold_start_pool: int = Field(
+        10_000,
+        exclude=True,
+        ge=0,
+        description="Most-followed recommendable accounts a version keeps in memory as the "
+        "cold-start fallback after the tag and global lists (then the live store is scanned).",
+    )
+
+    @field_validator("api_jwt_secret")
+    @classmethod
+    def _secret_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < 32:
+            raise ValueError("must be at least 32 bytes (HS256 key length, RFC 7518 §3.2)")
+        return value
 
     @model_validator(mode="after")
     def _weights_bound_the_score(self) -> Settings:

@@ -832,8 +832,8 @@ def _prepare_store(url: str, *, replace: bool) -> None:
 
         with engine.connect() as conn:
             counts = {
-                name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-                for name, table in store.metadata.tables.items()
+                table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
+                for table in store.tables_for(engine.dialect.name)
             }
     finally:
         engine.dispose()
@@ -862,13 +862,21 @@ def write_store(
 
     ``tables``: ``TableRows(table, frames, total, label)``; each frame has the table's column
     names with contract dtypes (Int64, ``Datetime("us")`` naive UTC, String, Boolean). Creates
-    the schema first (``replace`` drops it). Returns ``{"backend", "url"}``. Raises
+    the schema first (``replace`` drops it), and in the same transaction as the rows fills
+    ``user_follow_counts`` from the active edges (``store.REBUILD_FOLLOW_COUNTS_SQL``), so
+    ``recs reconcile`` finds no drift after a load. Returns ``{"backend", "url"}``. Raises
     ``DatasetError`` if the store is not empty and ``replace`` is false.
+
+    PostgreSQL is bulk-loaded through the ADBC PostgreSQL driver (``COPY ... FROM STDIN`` in
+    binary, one transaction); its triggers fill ``follow_edges_reverse`` once per batch.
     """
     _prepare_store(url, replace=replace)
     if _use_sqlite_bulk_path(url):
         _write_sqlite_adbc(sqlite_file(url), tables, progress)
         backend = "sqlite"
+    elif store.normalize_url(url).startswith("postgresql"):
+        _write_postgres_adbc(url, tables, progress)
+        backend = "postgresql"
     else:
         backend = _write_sqlalchemy(url, tables, progress)
     return {"backend": backend, "url": _display_url(url)}
@@ -887,7 +895,7 @@ def _secondary_index_ddl() -> tuple[list[str], list[str]]:
     from sqlalchemy.schema import CreateIndex, DropIndex
 
     dialect = sqlite.dialect()
-    indexes = [index for table in store.metadata.sorted_tables for index in table.indexes]
+    indexes = [index for table in store.tables_for("sqlite") for index in table.indexes]
     drop = [str(DropIndex(index).compile(dialect=dialect)) for index in indexes]
     create = [str(CreateIndex(index).compile(dialect=dialect)) for index in indexes]
     return drop, create
@@ -927,6 +935,7 @@ def _write_sqlite_adbc(
             log.info("built %d indexes in %.1f s", len(create_indexes), time.perf_counter() - t0)
             if progress is not None:
                 progress(f"built {len(create_indexes)} indexes")
+            _rebuild_counts(cursor, progress)
             t0 = time.perf_counter()
             cursor.execute("COMMIT")
             log.info("committed in %.1f s", time.perf_counter() - t0)
@@ -979,6 +988,50 @@ def _write_sqlalchemy(
                         conn.execute(table.insert(), batch)
                     done += frame.height
                     _report(progress, rows, done)
+            for statement in store.REBUILD_FOLLOW_COUNTS_SQL:
+                conn.exec_driver_sql(statement)
         return engine.dialect.name
     finally:
         engine.dispose()
+
+
+def _rebuild_counts(cursor: Any, progress: ProgressCallback | None) -> None:
+    """Fill ``user_follow_counts`` from the edges just loaded (same transaction)."""
+    t0 = time.perf_counter()
+    for statement in store.REBUILD_FOLLOW_COUNTS_SQL:
+        cursor.execute(statement)
+    log.info("counted follows per user in %.1f s", time.perf_counter() - t0)
+    if progress is not None:
+        progress("counted follows per user")
+
+
+def _write_postgres_adbc(
+    url: str,
+    tables: Iterable[TableRows],
+    progress: ProgressCallback | None,
+) -> None:
+    """Bulk-load PostgreSQL through ADBC (binary ``COPY``) in one transaction.
+
+    Timestamps stay Arrow ``timestamp[us]`` (PostgreSQL ``timestamp without time zone``).
+    """
+    import adbc_driver_postgresql.dbapi as adbc
+
+    connection = adbc.connect(store.libpq_url(url))  # autocommit off: one transaction
+    cursor = connection.cursor()
+    try:
+        for rows in tables:
+            done = 0
+            for batch in _prefetched(frame.to_arrow() for frame in rows.frames):
+                if batch.num_rows:
+                    cursor.adbc_ingest(rows.table, batch, mode="append")
+                done += batch.num_rows
+                _report(progress, rows, done)
+        _rebuild_counts(cursor, progress)
+        cursor.execute("ANALYZE")
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+    finally:
+        cursor.close()
+        connection.close()

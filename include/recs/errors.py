@@ -12,6 +12,8 @@ class RecsError(Exception):
 class UnknownUserError(RecsError):
     """A user id that is not in the live store or the published version."""
 
+    http_status = 404
+
 
 class RunNotFoundError(RecsError):
     """No run, snapshot or published version where one was expected."""
@@ -33,3 +35,42 @@ class ValidationFailedError(RecsError):
     """The Great Expectations gate failed: the run must not be published."""
 
     exit_code = 3
+
+
+# --- the online read path (recs.serving, recs.api, recs.auth) -------------------------------
+# ``http_status`` is the status the API answers with; the CLI still prints one line.
+
+
+class InvalidRequestError(RecsError):
+    """A malformed user id, candidate id, limit or request body."""
+
+    http_status = 400
+
+
+class AuthenticationError(RecsError):
+    """No bearer token, or one that is malformed, badly signed or expired."""
+
+    http_status = 401
+
+
+class PermissionDeniedError(RecsError):
+    """A valid token that may not act on the requested user."""
+
+    http_status = 403
+
+
+class DismissalNotFoundError(RecsError):
+    """``DELETE`` of a dismissal that does not exist."""
+
+    http_status = 404
+
+
+class StoreUnavailableError(RecsError):
+    """The live store could not be reached (or answered with an error) for a check that must
+    not fail open: dismissals, blocks and mutes, the user's own account, writes."""
+
+    http_status = 503
+
+
+class ConfigurationError(RecsError):
+    """A setting the command needs is missing or unusable (e.g. ``RECS_API_JWT_SECRET``)."""

@@ -13,17 +13,20 @@ documents:
 - ties are broken deterministically: ``(mutual_count desc, candidate_id asc)`` for the
   ``max_candidates_to_score`` cut, ``(score desc, mutual_count desc, candidate_id asc)`` for top-k.
 
-It is slow (pure Python, every sample key computed with Python integers: about 11 s for 300
-users of a 6 M-edge graph at caps 200 x 50, mostly building the adjacency) and meant for tests
-and the benchmark's spot checks. Scores agree with the kernel's to ~1e-16, not bit for bit:
-the kernel's activity term is evaluated by Polars.
+Two layers: ``recommend_from_follows`` is the design's per-user loop over an adjacency already
+in sample order (what ``make bench`` times, per user, as "the design's algorithm in pure
+Python"); ``reference_recommendations`` first samples every list with Python-integer keys
+(``capped_follows``, independent of the NumPy / Numba code) and is what the tests compare the
+kernel with. It is slow (about 11 s for 300 users of a 6 M-edge graph at caps 200 x 50, mostly
+the sampling) and meant for tests and the benchmark's checks. Scores agree with the kernel's to
+~1e-16, not bit for bit: the kernel's activity term is evaluated by Polars.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,70 +55,60 @@ def score(mutual_count: int, activity: float, settings) -> float:
     return settings.mutual_weight * mutual + settings.activity_weight * activity
 
 
-def reference_recommendations(
+def recommend_from_follows(
     user_ids: Iterable[int],
-    follow_edges: Iterable[tuple[int, int, str]],
-    known_users: Iterable[int],
-    exclusions: Mapping[int, Iterable[int]],
-    profiles: Mapping[int, tuple[bool, dt.datetime | None]],
+    following: Mapping[int, Sequence[int]],
+    exclusions: Mapping[int, Collection[int]],
+    activity: Mapping[int, float],
     settings,
-    as_of: dt.datetime,
 ) -> list[dict[str, Any]]:
-    """Recommendations for ``user_ids`` by the plain algorithm.
+    """The design's per-user loop (``bounded_second_degree``, ``prune_candidates``,
+    ``score_candidate``, top-k) over an adjacency that is already in sample order.
 
-    ``follow_edges``: every snapshot edge as ``(follower_id, followee_id, status)``;
-    ``known_users``: the ids of ``users.parquet``; ``exclusions``: ``user_id -> excluded ids``
-    (the ``follow_exclusions`` export); ``profiles``: ``candidate_id -> (is_recommendable,
-    last_active_at)``; ``as_of``: naive UTC. Settings used: ``hop1_cap, hop2_cap, sample_seed,
+    ``following``: account -> its active follows of known accounts, self-follows and duplicates
+    removed, in sample order (``recs.sampling``); the design's ``sample_bounded(ids, cap)`` is
+    then the prefix ``ids[:cap]`` (``hop1_cap`` for the user, ``hop2_cap`` for each friend).
+    ``exclusions``: user -> ids it must not be recommended (its follows of any status, blocks
+    either way, mutes, dismissals); the user itself is always excluded. ``activity``: account
+    -> its activity term (``activity_recency``) for every recommendable account; an account
+    missing from it is not recommendable. Settings used: ``hop1_cap, hop2_cap,
     min_mutual_count, max_candidates_to_score, top_k, followed_by_count`` and the weights.
 
     Returns rows sorted by ``(user_id, rank)``, each a dict with ``user_id, candidate_id,
     mutual_count, score, rank, followed_by`` (list of first-hop ids in sample order).
     """
-    known = set(known_users)
-    active: dict[int, set[int]] = defaultdict(set)
-    any_status: dict[int, set[int]] = defaultdict(set)
-    for follower, followee, status in follow_edges:
-        any_status[follower].add(followee)
-        if status == "active" and followee in known and followee != follower:
-            active[follower].add(followee)
-
-    seed = settings.sample_seed
-    second_hop_cache: dict[int, list[int]] = {}
-
-    def second_hop(friend: int) -> list[int]:
-        if friend not in second_hop_cache:
-            second_hop_cache[friend] = capped_follows(
-                friend, active.get(friend, ()), settings.hop2_cap, seed
-            )
-        return second_hop_cache[friend]
-
     rows: list[dict[str, Any]] = []
+    followed_by_count = settings.followed_by_count
     for user in sorted(set(user_ids)):
-        first_hop = capped_follows(user, active.get(user, ()), settings.hop1_cap, seed)
         mutual_counts: Counter[int] = Counter()
         reached_by: dict[int, list[int]] = defaultdict(list)
-        for friend in first_hop:
-            for candidate in second_hop(friend):
+        for friend in following.get(user, ())[: settings.hop1_cap]:
+            row = following.get(friend, ())[: settings.hop2_cap]
+            if not followed_by_count:
+                mutual_counts.update(row)  # counts only: Counter's C loop
+                continue
+            for candidate in row:
                 mutual_counts[candidate] += 1
-                if len(reached_by[candidate]) < settings.followed_by_count:
-                    reached_by[candidate].append(friend)
+                reached = reached_by[candidate]
+                if len(reached) < followed_by_count:
+                    reached.append(friend)
 
-        excluded = {user} | set(exclusions.get(user, ())) | any_status.get(user, set())
+        excluded = exclusions.get(user, ())
         pruned = {
             candidate: count
             for candidate, count in mutual_counts.items()
-            if candidate not in excluded
-            and profiles.get(candidate, (False, None))[0]
+            if candidate != user
+            and candidate not in excluded
+            and candidate in activity
             and count >= settings.min_mutual_count
         }
         strongest = sorted(pruned.items(), key=lambda item: (-item[1], item[0]))
         strongest = strongest[: settings.max_candidates_to_score]
 
-        scored = []
-        for candidate, count in strongest:
-            activity = activity_recency(profiles[candidate][1], as_of, settings.half_life_days)
-            scored.append((score(count, activity, settings), count, candidate))
+        scored = [
+            (score(count, activity[candidate], settings), count, candidate)
+            for candidate, count in strongest
+        ]
         scored.sort(key=lambda item: (-item[0], -item[1], item[2]))
         for rank, (value, count, candidate) in enumerate(scored[: settings.top_k], start=1):
             rows.append({
@@ -127,6 +120,52 @@ def reference_recommendations(
                 "followed_by": list(reached_by[candidate]),
             })
     return rows
+
+
+def reference_recommendations(
+    user_ids: Iterable[int],
+    follow_edges: Iterable[tuple[int, int, str]],
+    known_users: Iterable[int],
+    exclusions: Mapping[int, Iterable[int]],
+    profiles: Mapping[int, tuple[bool, dt.datetime | None]],
+    settings,
+    as_of: dt.datetime,
+) -> list[dict[str, Any]]:
+    """Recommendations for ``user_ids`` by the plain algorithm, from raw snapshot rows.
+
+    ``follow_edges``: every snapshot edge as ``(follower_id, followee_id, status)`` (at least
+    those of the users and of the accounts they follow); ``known_users``: the ids of
+    ``users.parquet``; ``exclusions``: ``user_id -> excluded ids`` (the ``follow_exclusions``
+    export); ``profiles``: ``candidate_id -> (is_recommendable, last_active_at)``; ``as_of``:
+    naive UTC. Samples every list with the pure-integer keys (``capped_follows``), then runs
+    ``recommend_from_follows``. Returns its rows.
+    """
+    known = set(known_users)
+    active: dict[int, set[int]] = defaultdict(set)
+    any_status: dict[int, set[int]] = defaultdict(set)
+    for follower, followee, status in follow_edges:
+        any_status[follower].add(followee)
+        if status == "active" and followee in known and followee != follower:
+            active[follower].add(followee)
+
+    users = sorted(set(user_ids))
+    cap = max(settings.hop1_cap, settings.hop2_cap)
+    seed = settings.sample_seed
+    following: dict[int, list[int]] = {}
+    for user in users:
+        following[user] = capped_follows(user, active.get(user, ()), cap, seed)
+        for friend in following[user][: settings.hop1_cap]:
+            if friend not in following:
+                following[friend] = capped_follows(friend, active.get(friend, ()), cap, seed)
+    excluded = {
+        user: set(exclusions.get(user, ())) | any_status.get(user, set()) for user in users
+    }
+    recommendable = {
+        candidate: activity_recency(last_active, as_of, settings.half_life_days)
+        for candidate, (is_recommendable, last_active) in profiles.items()
+        if is_recommendable
+    }
+    return recommend_from_follows(users, following, excluded, recommendable, settings)
 
 
 def reference_shard(paths, settings, shard_id: int):

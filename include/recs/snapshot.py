@@ -5,16 +5,19 @@ at a single instant even while follows keep arriving. On SQLite (WAL mode) that 
 followed by the ``SELECT``s: a WAL reader sees the database as of its first read and never
 blocks the writer, nor is blocked by it (sqlite.org/wal.html §2.2, "Concurrency"). The snapshot
 connection is also ``PRAGMA query_only``, so it can never take a write lock. On PostgreSQL the
-same seam opens a ``REPEATABLE READ, READ ONLY`` transaction (one MVCC snapshot for all reads).
+same seam opens a ``REPEATABLE READ, READ ONLY`` transaction (one MVCC snapshot for all reads,
+and no lock any writer waits for).
 
 Speed: SQLite is read through the ADBC SQLite driver straight into Arrow batches. Measured on
 2 M follow edges: 0.66 s with ADBC vs 2.87 s through ``sqlite3`` + ``fetchmany`` into Polars
 (4.3x), so ADBC is the SQLite path; text timestamps are parsed by Arrow's ISO-8601 cast.
 Follow edges are partitioned by shard chunk by chunk as they are read, then each shard is
 sorted and written in a thread pool. Measured for 1 M users / 50 M edges on this 2-core
-machine: 46 s (read 25 s, write 21 s), peak RSS 3.0 GB. Any other SQLAlchemy URL goes through
-``polars.read_database`` on a SQLAlchemy connection (``_SqlAlchemyReader``): the seam where a
-PostgreSQL ``COPY``/ADBC reader will plug in.
+machine: 46 s (read 25 s, write 21 s), peak RSS 3.0 GB. PostgreSQL (the production store) is
+read through the ADBC PostgreSQL driver in one ``REPEATABLE READ, READ ONLY`` transaction; the
+driver fetches every ``SELECT`` as ``COPY (...) TO STDOUT (FORMAT binary)`` into Arrow
+(``_AdbcPostgresReader``). Any other SQLAlchemy URL goes through ``polars.read_database`` on a
+SQLAlchemy connection (``_SqlAlchemyReader``).
 
 Output (``paths.snapshot_dir``, contracts.SNAPSHOT_SCHEMAS)::
 
@@ -120,10 +123,16 @@ def open_reader(url: str) -> Iterator[LiveStoreReader]:
     path = sqlite_file(url)
     if path is not None:
         reader: Any = _AdbcSqliteReader(path)
+    elif _is_postgres(url):
+        reader = _AdbcPostgresReader(url)
     else:
         reader = _SqlAlchemyReader(url)
     with reader:
         yield reader
+
+
+def _is_postgres(url: str) -> bool:
+    return url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
 
 
 def _missing_tables_message(where: str, missing: list[str]) -> str:
@@ -221,6 +230,102 @@ class _AdbcSqliteReader:
             if self._cursor is not None:
                 self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
         except Exception:  # no transaction open (failed before BEGIN)
+            pass
+        finally:
+            if self._cursor is not None:
+                self._cursor.close()
+            if self._connection is not None:
+                self._connection.close()
+            self._cursor = self._connection = None
+
+
+class _AdbcPostgresReader:
+    """PostgreSQL via ADBC: one ``REPEATABLE READ, READ ONLY`` transaction, each table read by
+    the driver as ``COPY (SELECT ...) TO STDOUT (FORMAT binary)`` straight into Arrow batches.
+
+    A repeatable-read transaction reads one MVCC snapshot for all its statements and takes only
+    ``ACCESS SHARE`` locks, which conflict with no writer (only with DDL such as ``DROP`` or
+    ``TRUNCATE``): follows keep committing while the snapshot reads. The snapshot holds back
+    ``VACUUM``'s horizon for as long as it runs (a few seconds per million edges). Measured on
+    1 M edges: 1.2 s through ADBC vs 1.9 s through psycopg ``COPY ... (FORMAT csv)`` parsed by
+    ``pyarrow.csv``.
+    """
+
+    backend = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._connection: Any = None
+        self._cursor: Any = None
+
+    def __enter__(self) -> _AdbcPostgresReader:
+        import adbc_driver_postgresql.dbapi as adbc
+
+        try:
+            self._connection = adbc.connect(store.libpq_url(self.url), autocommit=True)
+        except Exception as error:  # noqa: BLE001 - one readable line for any connect failure
+            message = " ".join(str(error).split())
+            raise LiveStoreError(
+                f"cannot connect to the live store {_display_url(self.url)}: {message}"
+            ) from None
+        cursor = self._cursor = self._connection.cursor()
+        try:
+            cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            # The first statement fixes the snapshot every later COPY reads.
+            cursor.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+            present = {row[0] for row in cursor.fetchall()}
+        except BaseException:
+            self._close()
+            raise
+        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
+        if missing:
+            self._close()
+            raise LiveStoreError(_missing_tables_message(_display_url(self.url), missing))
+        return self
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        return _concat(self.iter_table(name))
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        contract = SNAPSHOT_SCHEMAS[name]
+        schema = _arrow_schema(contract)
+        self._cursor.execute(f"SELECT {', '.join(contract)} FROM {name}")  # noqa: S608
+        rows = 0
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+
+        def frame() -> pl.DataFrame:
+            # The driver types bigint/timestamp/varchar/boolean as the contract's Arrow types;
+            # the cast drops its per-field metadata and fails loudly on any drift.
+            table = pa.Table.from_batches(pending).cast(schema) if pending else schema.empty_table()
+            result = pl.from_arrow(table)
+            assert isinstance(result, pl.DataFrame)
+            return result
+
+        for batch in self._cursor.fetch_record_batch():
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= READ_CHUNK_ROWS:
+                rows += pending_rows
+                log.info("read %s: %d rows", name, rows)
+                yield frame()
+                pending, pending_rows = [], 0
+        if pending or not rows:
+            rows += pending_rows
+            log.info("read %s: %d rows", name, rows)
+            yield frame()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._cursor is not None:
+                self._cursor.execute("ROLLBACK")  # a read-only transaction: nothing to commit
+        except Exception:  # noqa: BLE001 - no transaction open, or the connection is gone
             pass
         finally:
             if self._cursor is not None:

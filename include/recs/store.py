@@ -8,6 +8,25 @@ Tables follow the design document's data model (``users``, ``follow_edges``,
 user's follows are contiguous) and an index on ``(followee_id, follower_id)`` (the reverse index
 of the design, serving "who follows X", hub detection and popularity).
 
+Event ingestion (``recs.ingest``) keeps its bookkeeping here too: ``user_follow_counts`` (the
+design's denormalised follower/following counters, active follows only), last-writer-wins
+versions (the time and id of the last event applied to each relationship: ``event_time_us`` /
+``event_id`` on the relationship's row, NULL for rows loaded in bulk, and in
+``relationship_tombstones`` once the row is deleted; per user attribute in
+``user_field_versions``), the ids of every event already seen (``ingested_events``), rejected input
+(``quarantined_events``) and one audit row per ingested file (``ingested_files``). The view
+``mutual_follows`` lists every pair of users who follow each other (both edges ``active``).
+
+**PostgreSQL** (selected by a ``postgresql://`` URL): ``follow_edges`` is hash-partitioned by
+``follower_id`` into ``EDGE_PARTITIONS`` partitions (one user's follows live in one partition:
+the design's forward index) and ``follow_edges_reverse`` is a copy of it keyed and
+hash-partitioned by ``followee_id`` (the reverse index: one account's followers in one
+partition), kept identical by statement-level triggers on ``follow_edges``, so every writer
+(the loaders, ``recs ingest``, a psql session) maintains both directions in the same
+transaction. On SQLite the reverse index ``ix_follow_edges_reverse`` plays that role; the
+reverse table exists only on PostgreSQL (``tables_for``). PostgreSQL's own hash of ``bigint``
+places rows in storage partitions; that is independent of ``recs.sharding`` (the batch's shards).
+
 Timestamps are stored as timezone-naive UTC ``DATETIME`` (ISO text in SQLite).
 """
 
@@ -18,6 +37,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Connection,
     DateTime,
     Engine,
     Index,
@@ -25,6 +45,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     create_engine,
     event,
 )
@@ -49,6 +70,15 @@ users = Table(
     CheckConstraint("user_id >= 0", name="ck_users_id"),
 )
 
+
+def _last_event_columns() -> list[Column]:
+    """The last ingested event applied to a relationship row (NULL: loaded in bulk)."""
+    return [
+        Column("event_time_us", BigInteger, nullable=True),
+        Column("event_id", String(128), nullable=True),
+    ]
+
+
 follow_edges = Table(
     "follow_edges",
     metadata,
@@ -56,11 +86,37 @@ follow_edges = Table(
     Column("followee_id", BigInteger, nullable=False),
     Column("created_at", DateTime, nullable=False),
     Column("status", String(8), nullable=False, server_default="active"),
+    *_last_event_columns(),
     PrimaryKeyConstraint("follower_id", "followee_id", name="pk_follow_edges"),
     CheckConstraint("status in ('active', 'pending')", name="ck_follow_edges_status"),
     CheckConstraint("follower_id <> followee_id", name="ck_follow_edges_no_self"),
+    postgresql_partition_by="HASH (follower_id)",
 )
-Index("ix_follow_edges_reverse", follow_edges.c.followee_id, follow_edges.c.follower_id)
+
+
+def _not_postgresql(ddl, target, bind, **kw) -> bool:
+    return kw["dialect"].name != "postgresql"
+
+
+# On PostgreSQL the reverse direction is the partitioned table below, not a partition-local index.
+Index("ix_follow_edges_reverse", follow_edges.c.followee_id, follow_edges.c.follower_id).ddl_if(
+    callable_=_not_postgresql
+)
+
+EDGE_PARTITIONS = 16
+"""Hash partitions of ``follow_edges`` and ``follow_edges_reverse`` on PostgreSQL."""
+
+follow_edges_reverse = Table(
+    "follow_edges_reverse",
+    metadata,
+    Column("followee_id", BigInteger, nullable=False),
+    Column("follower_id", BigInteger, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("status", String(8), nullable=False),
+    PrimaryKeyConstraint("followee_id", "follower_id", name="pk_follow_edges_reverse"),
+    postgresql_partition_by="HASH (followee_id)",
+    info={"backends": ("postgresql",)},
+)
 
 
 def _pair_table(name: str, left: str, right: str, at: str) -> Table:
@@ -70,6 +126,7 @@ def _pair_table(name: str, left: str, right: str, at: str) -> Table:
         Column(left, BigInteger, nullable=False),
         Column(right, BigInteger, nullable=False),
         Column(at, DateTime, nullable=False),
+        *_last_event_columns(),
         PrimaryKeyConstraint(left, right, name=f"pk_{name}"),
     )
     Index(f"ix_{name}_reverse", table.c[right], table.c[left])
@@ -89,6 +146,104 @@ user_interests = Table(
     Column("tag", String(64), nullable=False),
     PrimaryKeyConstraint("user_id", "tag", name="pk_user_interests"),
 )
+
+# --- ingestion bookkeeping (recs.ingest) -------------------------------------------------------
+
+user_follow_counts = Table(
+    "user_follow_counts",
+    metadata,
+    Column("user_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("follower_count", BigInteger, nullable=False, server_default="0"),
+    Column("following_count", BigInteger, nullable=False, server_default="0"),
+)
+"""One row per user whose counts were ever non-zero (no row means 0/0): active follows only."""
+
+RELATIONS = ("follow", "block", "mute", "dismiss")
+
+relationship_tombstones = Table(
+    "relationship_tombstones",
+    metadata,
+    Column("relation", String(8), nullable=False),
+    Column("source_id", BigInteger, nullable=False),
+    Column("target_id", BigInteger, nullable=False),
+    Column("event_time_us", BigInteger, nullable=False),
+    Column("event_id", String(128), nullable=False),
+    PrimaryKeyConstraint("relation", "source_id", "target_id", name="pk_relationship_tombstones"),
+    CheckConstraint(
+        "relation in ('follow', 'block', 'mute', 'dismiss')", name="ck_relationship_tombstones"
+    ),
+    sqlite_with_rowid=False,
+)
+"""The last event applied to a relationship that has no row: deleted by it (an unfollow, an
+unblock, ...) or left absent (an unfollow of nothing). Source -> target is follower ->
+followee, blocker -> blocked, muter -> muted, user -> dismissed candidate. While a row exists
+its own ``event_time_us``/``event_id`` are the relationship's version (a tombstone left from
+an earlier delete is then stale and ignored)."""
+
+user_field_versions = Table(
+    "user_field_versions",
+    metadata,
+    Column("user_id", BigInteger, nullable=False),
+    Column("field", String(32), nullable=False),
+    Column("event_time_us", BigInteger, nullable=False),
+    Column("event_id", String(128), nullable=False),
+    PrimaryKeyConstraint("user_id", "field", name="pk_user_field_versions"),
+    sqlite_with_rowid=False,
+)
+"""One row per (user, attribute) set by a ``user_upsert``: last writer wins per field."""
+
+ingested_events = Table(
+    "ingested_events",
+    metadata,
+    Column("event_id", String(128), primary_key=True),
+    Column("event_time_us", BigInteger, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    CheckConstraint("outcome in ('applied', 'superseded')", name="ck_ingested_events_outcome"),
+    sqlite_with_rowid=False,
+)
+"""One row per event id ever applied or found superseded: a second copy is a duplicate."""
+
+quarantined_events = Table(
+    "quarantined_events",
+    metadata,
+    Column("source", String(1024), nullable=False),
+    Column("line_number", BigInteger, nullable=False),
+    Column("reason", String(512), nullable=False),
+    Column("line", Text, nullable=False),
+    Column("event_id", String(128), nullable=True),
+    PrimaryKeyConstraint("source", "line_number", name="pk_quarantined_events"),
+)
+"""One row per rejected input line: the file, its 1-based line (Parquet: row) number, why, and
+the original text (Parquet: the row as JSON). Line 0 stands for a file that cannot be read."""
+
+ingested_files = Table(
+    "ingested_files",
+    metadata,
+    Column("source", String(1024), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("ingested_at", DateTime, nullable=False),
+    Column("read", BigInteger, nullable=False),
+    Column("applied", BigInteger, nullable=False),
+    Column("duplicates", BigInteger, nullable=False),
+    Column("superseded", BigInteger, nullable=False),
+    Column("quarantined", BigInteger, nullable=False),
+    PrimaryKeyConstraint("source", "sha256", name="pk_ingested_files"),
+)
+"""One row per ingested file (path and content hash): when, and its counts."""
+
+MUTUAL_FOLLOWS_VIEW = "mutual_follows"
+_MUTUAL_FOLLOWS_SELECT = """
+SELECT forward.follower_id AS user_id,
+       forward.followee_id AS friend_id,
+       CASE WHEN forward.created_at > back.created_at
+            THEN forward.created_at ELSE back.created_at END AS mutual_since
+FROM follow_edges AS forward
+INNER JOIN follow_edges AS back
+    ON back.follower_id = forward.followee_id AND back.followee_id = forward.follower_id
+WHERE forward.status = 'active' AND back.status = 'active'
+"""
+"""One row per ordered pair (user_id, friend_id) following each other with active follows, so
+a user's friends are ``WHERE user_id = ?`` (a forward primary-key range plus point lookups)."""
 
 SNAPSHOT_TABLES = (
     "users",
@@ -110,19 +265,173 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+def normalize_url(url: str) -> str:
+    """PostgreSQL URLs use the psycopg (3) driver, the one in requirements.txt whose pipeline
+    mode ``recs.ingest`` relies on: ``postgresql://``, ``postgres://`` and
+    ``postgresql+psycopg2://`` become ``postgresql+psycopg://``; other URLs are unchanged."""
+    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def libpq_url(url: str) -> str:
+    """A PostgreSQL SQLAlchemy URL as a libpq connection URI (for psycopg and ADBC)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(normalize_url(url)).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
 def engine_for(url: str) -> Engine:
-    """A SQLAlchemy engine for the live store; SQLite connections get WAL and a busy timeout."""
-    engine = create_engine(url, future=True)
+    """A SQLAlchemy engine for the live store; SQLite connections get WAL and a busy timeout.
+
+    ``postgresql://`` URLs get the psycopg (3) driver (``normalize_url``).
+    """
+    engine = create_engine(normalize_url(url), future=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
 
+def tables_for(dialect_name: str) -> list[Table]:
+    """The tables of the live store on a backend (``follow_edges_reverse``: PostgreSQL only)."""
+    return [
+        table
+        for table in metadata.sorted_tables
+        if dialect_name in table.info.get("backends", (dialect_name,))
+    ]
+
+
 def create_schema(engine: Engine, *, drop_existing: bool = False) -> None:
-    """Create every table and index of the live store (idempotent unless ``drop_existing``)."""
-    if drop_existing:
-        metadata.drop_all(engine)
-    metadata.create_all(engine)
+    """Create every table, index, view and (PostgreSQL) partition and trigger of the live store.
+
+    Idempotent unless ``drop_existing``, which drops the store's tables first. A store created
+    before the ingestion tables existed gets them added (empty: run ``recs reconcile --repair``
+    to fill ``user_follow_counts`` from its edges).
+    """
+    dialect = engine.dialect.name
+    tables = tables_for(dialect)
+    with engine.begin() as connection:
+        if drop_existing:
+            connection.exec_driver_sql(f"DROP VIEW IF EXISTS {MUTUAL_FOLLOWS_VIEW}")
+            metadata.drop_all(connection, tables=tables)
+        metadata.create_all(connection, tables=tables)
+        for table, column in _missing_columns(connection):
+            # A store created before the column existed: add it (every added column is
+            # nullable; PostgreSQL adds it to every partition).
+            column_type = column.type.compile(dialect=connection.dialect)
+            connection.exec_driver_sql(
+                f"ALTER TABLE {table.name} ADD COLUMN {column.name} {column_type}"
+            )
+        if dialect == "postgresql":
+            for statement in _postgres_ddl():
+                connection.exec_driver_sql(statement)
+        _create_view(connection)
+
+
+def _missing_columns(connection: Connection) -> list[tuple[Table, Column]]:
+    from sqlalchemy import inspect
+
+    inspector = inspect(connection)
+    present = set(inspector.get_table_names())
+    missing = []
+    for table in tables_for(connection.dialect.name):
+        if table.name not in present:
+            continue
+        have = {column["name"] for column in inspector.get_columns(table.name)}
+        missing += [(table, column) for column in table.columns if column.name not in have]
+    return missing
+
+
+def schema_is_current(engine: Engine) -> bool:
+    """Whether every table and column of the live store exists (else ``create_schema``)."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as connection:
+        present = set(inspect(connection).get_table_names())
+        if any(table.name not in present for table in tables_for(engine.dialect.name)):
+            return False
+        return not _missing_columns(connection)
+
+
+def _create_view(connection: Connection) -> None:
+    create = (
+        "CREATE OR REPLACE VIEW"
+        if connection.dialect.name == "postgresql"
+        else "CREATE VIEW IF NOT EXISTS"
+    )
+    connection.exec_driver_sql(f"{create} {MUTUAL_FOLLOWS_VIEW} AS {_MUTUAL_FOLLOWS_SELECT}")
+
+
+def _postgres_ddl() -> list[str]:
+    """Partitions of both edge tables and the triggers that keep the reverse copy identical.
+
+    Statement-level ``AFTER`` triggers with transition tables: one set-based statement per
+    write statement, so a bulk ``COPY`` of millions of edges costs one reverse ``INSERT``, not
+    one trigger call per row (PostgreSQL 10+ allows transition tables on a partitioned table's
+    statement triggers).
+    """
+    statements = [
+        f"CREATE TABLE IF NOT EXISTS {table}_p{remainder:02d} PARTITION OF {table} "
+        f"FOR VALUES WITH (MODULUS {EDGE_PARTITIONS}, REMAINDER {remainder})"
+        for table in ("follow_edges", "follow_edges_reverse")
+        for remainder in range(EDGE_PARTITIONS)
+    ]
+    bodies = {
+        "insert": "INSERT INTO follow_edges_reverse (followee_id, follower_id, created_at, status)"
+        " SELECT followee_id, follower_id, created_at, status FROM new_rows;",
+        "delete": "DELETE FROM follow_edges_reverse AS reverse USING old_rows"
+        " WHERE reverse.followee_id = old_rows.followee_id"
+        " AND reverse.follower_id = old_rows.follower_id;",
+    }
+    bodies["update"] = bodies["delete"] + " " + bodies["insert"]
+    referencing = {
+        "insert": "REFERENCING NEW TABLE AS new_rows",
+        "delete": "REFERENCING OLD TABLE AS old_rows",
+        "update": "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+    }
+    for operation, body in bodies.items():
+        function = f"recs_follow_edges_reverse_{operation}"
+        statements.append(
+            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN {body} RETURN NULL; END $$"
+        )
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {function} AFTER {operation.upper()} ON follow_edges "
+            f"{referencing[operation]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        )
+    statements.append(
+        "CREATE OR REPLACE FUNCTION recs_follow_edges_reverse_truncate() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN TRUNCATE follow_edges_reverse; RETURN NULL; END $$"
+    )
+    statements.append(
+        "CREATE OR REPLACE TRIGGER recs_follow_edges_reverse_truncate AFTER TRUNCATE ON "
+        "follow_edges FOR EACH STATEMENT EXECUTE FUNCTION recs_follow_edges_reverse_truncate()"
+    )
+    return statements
+
+
+FOLLOW_COUNTS_SQL = """
+SELECT user_id, SUM(followers) AS follower_count, SUM(following) AS following_count
+FROM (
+    SELECT followee_id AS user_id, 1 AS followers, 0 AS following
+    FROM follow_edges WHERE status = 'active'
+    UNION ALL
+    SELECT follower_id AS user_id, 0 AS followers, 1 AS following
+    FROM follow_edges WHERE status = 'active'
+) AS edges
+GROUP BY user_id
+"""
+"""Follower and following counts recomputed from the edges: one row per user with any."""
+
+REBUILD_FOLLOW_COUNTS_SQL = (
+    "DELETE FROM user_follow_counts",
+    "INSERT INTO user_follow_counts (user_id, follower_count, following_count) "
+    + FOLLOW_COUNTS_SQL,
+)
+"""Statements that make ``user_follow_counts`` exactly the counts of the edges (run them in
+one transaction, e.g. at the end of a bulk load)."""
 
 
 def sqlite_path(url: str) -> str | None:

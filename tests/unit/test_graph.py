@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import polars as pl
 import pytest
-from traversal_fixtures import Fixture, settings_for, users_with, write_run
+from traversal_fixtures import AS_OF, Fixture, User, settings_for, users_with, write_run
 
 from recs.contracts import SNAPSHOT_SCHEMAS, SchemaMismatchError
 from recs.errors import RunNotFoundError
@@ -76,10 +78,55 @@ def test_graph_is_memory_mapped_read_only(tmp_path):
     paths, settings = tiny_graph(tmp_path)
     build_graph(paths, settings)
     graph = load_graph(paths.graph_dir)
-    for array in (graph.user_ids, graph.indptr, graph.indices):
+    for array in (graph.user_ids, graph.indptr, graph.indices, graph.activity, graph.index.table):
         assert isinstance(array, np.memmap)
         assert not array.flags.writeable
     assert graph.indices.dtype == np.int32 and graph.indptr.dtype == np.int64
+
+
+def test_activity_is_the_candidate_signal_per_node(tmp_path):
+    """Users 1..5 (dense 0..4), as_of = 2026-11-02 00:00, half-life 14 days:
+    1 active at as_of -> 1.0; 2 active 14 days earlier -> 0.5; 3 suspended -> NaN (not
+    recommendable); 4 never active (null last_active_at) -> 0.0; 5 has no candidate profile
+    -> NaN. Recorded in meta: as_of, half_life_days, 3 recommendable nodes."""
+    settings = settings_for(tmp_path, shard_count=2)
+    users = [
+        User(1), User(2, last_active_at=AS_OF - dt.timedelta(days=14)),
+        User(3, account_status="suspended"), User(4, last_active_at=None), User(5),
+    ]
+    paths = write_run(Fixture(users=users, edges=EDGES, missing_profiles={5}), settings)
+    build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    assert graph.activity.tolist()[:2] == [1.0, 0.5]
+    assert np.isnan(graph.activity[2]) and graph.activity[3] == 0.0
+    assert np.isnan(graph.activity[4])
+    assert graph.meta["as_of"] == "2026-11-02T00:00:00"
+    assert graph.meta["half_life_days"] == 14.0
+    assert graph.meta["recommendable_nodes"] == 3
+
+
+def test_sparse_ids_persist_a_hash_index(tmp_path):
+    """Ids spread over 10**12 cannot use a lookup table: the graph stores the hash table and
+    load_graph maps it back (memory-mapped, not rebuilt); lookups equal positions."""
+    ids = [10**12 * k + 7 for k in range(1, 6)]
+    settings = settings_for(tmp_path, shard_count=2)
+    edges = [(ids[0], ids[1], "active"), (ids[1], ids[2], "active")]
+    paths = write_run(Fixture(users=users_with(ids), edges=edges), settings)
+    build_graph(paths, settings)
+    graph = load_graph(paths.graph_dir)
+    assert graph.meta["id_index"]["kind"] == "hash"
+    assert isinstance(graph.index.hashed[0], np.memmap)
+    assert graph.dense_ids([ids[3], ids[0], 5, ids[4]]).tolist() == [3, 0, -1, 4]
+    assert graph.follows(ids[0]) == [ids[1]]
+
+
+def test_old_graph_format_must_be_rebuilt(tmp_path):
+    paths, settings = tiny_graph(tmp_path)
+    build_graph(paths, settings)
+    meta = read_json(paths.graph_dir / "meta.json")
+    write_json(paths.graph_dir / "meta.json", {**meta, "format_version": 1})
+    with pytest.raises(SchemaMismatchError, match="rerun build_graph"):
+        load_graph(paths.graph_dir)
 
 
 def test_rebuild_writes_identical_bytes(tmp_path):
@@ -89,7 +136,9 @@ def test_rebuild_writes_identical_bytes(tmp_path):
     build_graph(paths, settings)
     second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
     assert first == second
-    assert sorted(first) == ["indices.npy", "indptr.npy", "meta.json", "user_ids.npy"]
+    assert sorted(first) == [
+        "activity.npy", "id_index.npy", "indices.npy", "indptr.npy", "meta.json", "user_ids.npy"
+    ]
 
 
 def test_follower_split_across_partitions_is_capped_once(tmp_path):

@@ -100,3 +100,14 @@ def test_samples_are_roughly_uniform():
     chosen = followees[order][rank_within_groups(followers[order]) < 3]
     share = np.bincount(chosen, minlength=10) / 20_000
     assert np.all(np.abs(share - 0.3) < 0.02), share
+
+
+def test_numba_blas_check_is_skipped_without_hiding_scipy():
+    """recs.sampling loads numba's math support with scipy's BLAS module hidden (numba then
+    skips its slow BLAS probe), and must leave no trace: scipy.linalg imports normally."""
+    import sys
+
+    import scipy.linalg
+
+    assert sys.modules.get("scipy.linalg.cython_blas", 0) is not None
+    assert scipy.linalg.norm([3.0, 4.0]) == 5.0

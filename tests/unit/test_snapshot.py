@@ -1,4 +1,9 @@
-"""recs.snapshot: consistent, lock-free, byte-stable Parquet copy of the live store."""
+"""recs.snapshot: consistent, lock-free, byte-stable Parquet copy of the live store.
+
+Tests taking ``settings`` run on both backends (``store_url`` in tests/conftest.py): a SQLite
+file and a database on a real PostgreSQL server. ``sqlite_settings`` tests cover the SQLite
+reader's own details (ADBC batch typing, text timestamps, WAL).
+"""
 
 from __future__ import annotations
 
@@ -86,8 +91,21 @@ def build_store(settings: Settings) -> None:
     engine.dispose()
 
 
+def backend_of(settings: Settings) -> str:
+    return "sqlite" if settings.live_store_url.startswith("sqlite") else "postgresql"
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(store_url: str, tmp_path: Path) -> Settings:
+    """The hand-built store on SQLite (``<home>/live.db``) or on PostgreSQL."""
+    url = None if store_url.startswith("sqlite") else store_url
+    settings = Settings(home=tmp_path / "home", shard_count=4, store_url=url)
+    build_store(settings)
+    return settings
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path: Path) -> Settings:
     settings = Settings(home=tmp_path / "home", shard_count=4)
     build_store(settings)
     return settings
@@ -165,7 +183,7 @@ def test_manifest_counts_and_settings_round_trip(settings, paths):
     assert manifest["run_id"] == "test-run"
     assert manifest["as_of"] == "2026-11-02T00:00:00+00:00"
     assert manifest["shard_count"] == 4
-    assert manifest["store"]["backend"] == "sqlite"
+    assert manifest["store"]["backend"] == backend_of(settings)
     assert manifest["follow_edges_by_status"] == {"active": 8, "pending": 1}
     shards = manifest["follow_edges_shards"]
     assert [s["shard_id"] for s in shards] == [0, 1, 2, 3]
@@ -190,9 +208,11 @@ def test_rerun_writes_identical_bytes_and_replaces_old_outputs(settings, paths):
     assert differs == {"manifest.json"}  # only the run id differs
 
 
-def test_read_chunk_size_does_not_change_the_bytes(settings, paths, monkeypatch):
+def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch):
     """Follow edges are partitioned chunk by chunk as they are read; 2-row chunks (5 chunks
     for the 9 edges, read in 1-row driver batches) must give the same files as one chunk."""
+    settings = sqlite_settings
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
     freeze_snapshot(paths, settings)
     whole = snapshot_bytes(paths)
     monkeypatch.setattr(snapshot, "READ_BATCH_ROWS", 1)
@@ -205,14 +225,18 @@ def test_read_chunk_size_does_not_change_the_bytes(settings, paths, monkeypatch)
 
 WRITER = textwrap.dedent(
     """
-    import sqlite3, sys, time
+    import sys, time
+    from recs import store
     started = time.monotonic()
-    connection = sqlite3.connect(sys.argv[1], timeout=float(sys.argv[2]))
-    connection.execute(
-        "INSERT INTO follow_edges VALUES (6, 5, '2026-10-30 00:00:00.000000', 'active')"
-    )
-    connection.commit()
-    connection.close()
+    engine = store.engine_for(sys.argv[1])
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":  # fail instead of waiting, like busy_timeout
+            connection.exec_driver_sql(f"SET lock_timeout = '{sys.argv[2]}s'")
+        connection.exec_driver_sql(
+            "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
+            "VALUES (6, 5, '2026-10-30 00:00:00.000000', 'active')"
+        )
+    engine.dispose()
     print(time.monotonic() - started)
     """
 )
@@ -222,11 +246,11 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
     """While the snapshot's read transaction is open (after reading `users`, before reading
     `follow_edges`), another process inserts and commits the follow 6 -> 5.
 
-    The writer must succeed at once (no write lock held: it would wait up to its 5 s busy
-    timeout and then fail with "database is locked"), and the snapshot must not contain the
-    edge (every table read as of one instant), while the store afterwards does.
+    The writer must succeed at once (no lock it waits for: SQLite would wait up to its busy
+    timeout and then fail with "database is locked", PostgreSQL up to its lock_timeout), and
+    the snapshot must not contain the edge (every table read as of one instant), while the
+    store afterwards does.
     """
-    database = settings.home / "live.db"
     writes = []
 
     class InsertingReader:
@@ -241,7 +265,7 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
             frame = self.inner.read_table(name)
             if name == "users":
                 done = subprocess.run(
-                    [sys.executable, "-c", WRITER, str(database), "5"],
+                    [sys.executable, "-c", WRITER, settings.live_store_url, "5"],
                     capture_output=True,
                     text=True,
                     timeout=60,
@@ -270,10 +294,12 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
     edges = read_edges(paths)
     assert (6, 5) not in set(zip(edges["follower_id"], edges["followee_id"], strict=True))
     assert edges.height == len(FOLLOWS) + len(PENDING)
-    with closing(sqlite3.connect(database)) as connection:
-        assert connection.execute(
+    engine = store.engine_for(settings.live_store_url)
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql(
             "SELECT count(*) FROM follow_edges WHERE follower_id = 6 AND followee_id = 5"
-        ).fetchone() == (1,)
+        ).fetchall() == [(1,)]
+    engine.dispose()
 
 
 def test_nulls_after_a_full_batch_of_text_and_text_after_nulls(tmp_path, monkeypatch):
@@ -306,7 +332,7 @@ def test_iso_t_separator_and_utc_suffix_are_read_as_naive_utc(tmp_path):
     engine.dispose()
     with closing(sqlite3.connect(tmp_path / "live.db")) as connection, connection:
         connection.executemany(
-            "INSERT INTO mutes VALUES (?, ?, ?)",
+            "INSERT INTO mutes (muter_id, muted_id, created_at) VALUES (?, ?, ?)",
             [(1, 2, "2026-10-01T12:00:00"), (1, 3, "2026-10-01 12:00:00.5+00:00")],
         )
     with open_reader(settings.live_store_url) as reader:
@@ -316,9 +342,10 @@ def test_iso_t_separator_and_utc_suffix_are_read_as_naive_utc(tmp_path):
 
 def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatch):
     with open_reader(settings.live_store_url) as reader:
-        assert reader.backend == "sqlite"
+        assert reader.backend == backend_of(settings)
         adbc_frames = {name: reader.read_table(name) for name in SNAPSHOT_SCHEMAS}
     monkeypatch.setattr("recs.datasets.sqlite_file", lambda url: None)
+    monkeypatch.setattr(snapshot, "_is_postgres", lambda url: False)
     with open_reader(settings.live_store_url) as reader:
         assert isinstance(reader, snapshot._SqlAlchemyReader)
         for name, frame in adbc_frames.items():
@@ -326,6 +353,27 @@ def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatc
             assert generic.schema == frame.schema
             key = snapshot.SORT_KEYS[name]
             assert generic.sort(key).equals(frame.sort(key)), name
+
+
+def test_store_without_tables_is_a_clear_error(store_url, tmp_path):
+    """An empty database (PostgreSQL) or a new SQLite file in WAL mode: no table users."""
+    if store_url.startswith("sqlite"):
+        engine = store.engine_for(store_url)  # creates the file in WAL mode, no tables
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+        engine.dispose()
+    settings = Settings(home=tmp_path / "home", store_url=store_url)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    with pytest.raises(LiveStoreError, match="has no table users"):
+        freeze_snapshot(paths, settings)
+    assert not paths.snapshot_dir.exists()
+
+
+def test_unreachable_postgres_is_a_clear_error(tmp_path):
+    settings = Settings(home=tmp_path, store_url="postgresql://nobody@127.0.0.1:1/none")
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    with pytest.raises(LiveStoreError, match="cannot connect to the live store"):
+        freeze_snapshot(paths, settings)
 
 
 def test_missing_store_or_table_is_a_clear_error(tmp_path):
