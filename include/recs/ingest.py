@@ -71,13 +71,15 @@ taken as proof of a request, so it activates the follow even before the request 
 
 Write path: events are applied in batches of ``BATCH_EVENTS``, each batch one transaction
 (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a transaction-scoped advisory lock, so concurrent
-ingesters serialise). ``prepare_batch`` (no database: de-duplication, ordering, the keys to read,
-formatted timestamps) runs in a parser process for large files; the batch then reads every row
-and version it touches in a few set queries (``StoreSession.load_state``), resolves the events
-in memory (``_Batch``) and writes only the changed rows: ``executemany`` on SQLite, one
-``unnest`` statement per table on PostgreSQL, reads and writes each pipelined into one round
-trip. ``apply_events`` is the same path for a single event: the live follow/unfollow write that
-``make bench-ingest`` times.
+ingesters serialise). A batch reads every row and version it touches in a few set queries
+(``StoreSession.load_state``), resolves its events in memory (``_Batch``) and writes only the
+changed rows: ``executemany`` on SQLite; on PostgreSQL one ``unnest`` statement per table, the
+reads and the writes each pipelined into one round trip. For large files a parser process
+does everything that needs no write lock (``prepare_batch``: decoding, validation,
+de-duplication, ordering, the keys to read; and on SQLite the reads themselves, ahead, on a
+read-only connection: ``ingest_file``) while this process applies the previous batch.
+``apply_events`` is the same path for a single event: the live follow/unfollow write that
+``make bench-ingest`` times. Measured rates are in ``bench/ingest.py``'s docstring.
 """
 
 from __future__ import annotations
@@ -880,6 +882,8 @@ class StoreSession:
 
 
 _APPLIED, _SUPERSEDED, _QUARANTINED = "applied", "superseded", None
+_USER_PRIVACY = {False: (None, None, None, None, False), True: (None, None, None, None, True)}
+"""A user row reduced to what a relationship event reads: index 4, ``is_private``."""
 _USER_COLUMNS = {
     "created_at": 0,
     "last_active_at": 1,
@@ -932,7 +936,7 @@ class _Batch:
                 blocks_among_users=bool(prepared.pairs["follow"]),
             )
         else:
-            state = prefetched[0]
+            state = _overlaid(*prefetched, prepared)
         if state["seen"]:  # applied in an earlier batch or file: duplicates
             self.duplicates = len(state["seen"])
             self.events = [event for event in self.events if event[1] not in state["seen"]]
@@ -941,6 +945,7 @@ class _Batch:
         self.versions: dict[str, dict[tuple[int, int], tuple[int, str]]] = state["versions"]
         self.field_versions = state["field_versions"]
         self.original = {relation: set(rows) for relation, rows in self.rows.items()}
+        self.follows, self.blocks = self.rows["follow"], self.rows["block"]  # the hot ones
 
     # --- per event ---
 
@@ -972,15 +977,21 @@ class _Batch:
         if before == "active" or status == "active":
             step = 1 if status == "active" else -1
             delta = self.count_delta
-            (delta.get(b) or delta.setdefault(b, [0, 0]))[0] += step
-            (delta.get(a) or delta.setdefault(a, [0, 0]))[1] += step
+            followee = delta.get(b)
+            if followee is None:
+                followee = delta[b] = [0, 0]
+            followee[0] += step
+            follower = delta.get(a)
+            if follower is None:
+                follower = delta[a] = [0, 0]
+            follower[1] += step
         if status is None:
-            del self.rows["follow"][(a, b)]
+            del self.follows[(a, b)]
         else:  # created_at: when the edge entered its current status
-            self.rows["follow"][(a, b)] = [self.stamps[at], status]
+            self.follows[(a, b)] = [self.stamps[at], status]
 
     def _relationship(self, event: Event) -> str | None:
-        time_us, event_id, kind, actor, target = event[:5]
+        time_us, event_id, kind, actor, target = event[0], event[1], event[2], event[3], event[4]
         users = self.users
         if actor not in users:
             return self._reject(event, f"unknown_user: actor_id {actor} does not exist")
@@ -995,7 +1006,7 @@ class _Batch:
             return _SUPERSEDED
         effects = self.effects
         if relation == "follow":
-            row = self.rows["follow"].get(key)
+            row = self.follows.get(key)
             before = row[1] if row else None
             if kind == "unfollow":
                 status = None
@@ -1004,7 +1015,7 @@ class _Batch:
                     effects["noop"] += 1
                     return _APPLIED
                 status = None
-            elif self.rows["block"] and self._blocked(key):
+            elif self.blocks and self._blocked(key):
                 effects["follows_refused_blocked"] += 1
                 return _APPLIED
             elif kind == "follow_accept":
@@ -1014,7 +1025,7 @@ class _Batch:
             if status == before:
                 effects["noop"] += 1
             else:
-                self._set_follow(*key, before, status, time_us)
+                self._set_follow(key[0], key[1], before, status, time_us)
                 if status == "active":
                     effects["follows_accepted" if before == "pending" else "follows_added"] += 1
                 else:
@@ -1049,7 +1060,7 @@ class _Batch:
         return _APPLIED
 
     def _blocked(self, key: tuple[int, int]) -> bool:
-        blocks = self.rows["block"]
+        blocks = self.blocks
         return key in blocks or (key[1], key[0]) in blocks
 
     def _unfollow_both_ways(self, key: tuple[int, int], stamp: tuple[int, str]) -> None:
@@ -1141,7 +1152,7 @@ class _Batch:
         session.insert_rows(
             "ingested_events",
             {"event_id": "text", "event_time_us": "bigint", "outcome": "text"},
-            self.seen,
+            sorted(self.seen),  # in key order: neighbouring B-tree pages
         )
         write_quarantine(session, source, self.quarantine)
 
@@ -1188,23 +1199,27 @@ class _Batch:
 
 
 def _overlaid(
-    state: dict[str, Any], previous: _Batch | None, event_ids: list[str]
+    state: dict[str, Any], previous: _Batch | None, prepared: PreparedBatch
 ) -> dict[str, Any]:
     """A batch's state read ahead by the parser process (``load_state`` on its own read-only
     connection, begun after the batch before the previous one committed), brought up to date
-    with what the previous batch wrote: every row, version and user it changed, and the event
-    ids it recorded. Rows are copied: a batch mutates its own."""
+    with what the previous batch wrote: the rows, versions and users it changed that this
+    batch reads, and the event ids it recorded. Rows are copied: a batch mutates its own."""
     if previous is None:
         return state
     recorded = {seen[0] for seen in previous.seen}
-    state["seen"] |= {event_id for event_id in event_ids if event_id in recorded}
-    for user in previous.dirty_users:
+    state["seen"] |= {event[1] for event in prepared.events if event[1] in recorded}
+    for user in previous.dirty_users & prepared.user_ids:
         state["users"][user] = list(previous.users[user])
     for key in previous.dirty_fields:
-        state["field_versions"][key] = previous.field_versions[key]
+        if key[0] in prepared.upserted:
+            state["field_versions"][key] = previous.field_versions[key]
     for relation in store.RELATIONS:
+        dirty = previous.dirty[relation]
+        if relation != "block":  # blocks: also those among the batch's users (few anyway)
+            dirty = dirty & prepared.pairs[relation]
         rows, versions = state["rows"][relation], state["versions"][relation]
-        for key in previous.dirty[relation]:
+        for key in dirty:
             row = previous.rows[relation].get(key)
             if row is None:
                 rows.pop(key, None)
@@ -1415,6 +1430,12 @@ def parse_worker_main() -> None:
                     )
                 finally:
                     reader.rollback()
+                # Only upserted users need their whole row; for the others existence and
+                # privacy, as one of two shared tuples (pickled once each: 3x less to send).
+                state["users"] = {
+                    user: row if user in prepared.upserted else _USER_PRIVACY[row[4]]
+                    for user, row in state["users"].items()
+                }
             # Plain tuples unpickle 3.5x faster than named ones; the batch code indexes them.
             plain = prepared._replace(events=[tuple(event) for event in prepared.events])
             pickle.dump(("batch", plain, state), out, protocol=pickle.HIGHEST_PROTOCOL)

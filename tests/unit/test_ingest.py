@@ -511,10 +511,12 @@ def test_read_ahead_state_is_brought_up_to_date_with_the_previous_batch(tmp_path
     plain path gives."""
     import time
 
-    kinds = ("follow", "unfollow", "block", "unblock", "follow", "mute")
+    # A pair recurs every 30 events, with another kind (7 kinds): with 40 events a batch,
+    # consecutive batches rewrite the same pairs.
+    kinds = ("follow", "unfollow", "block", "unblock", "follow", "mute", "follow_request")
     events = USERS + [
-        event(f"e{i}", kinds[i % 6], i + 1, 1 + i % 6, 1 + (i + 1 + i // 6 % 5) % 6)
-        for i in range(120)
+        event(f"e{i}", kinds[i % 7], i + 1, 1 + i % 6, 1 + (i + 1 + i // 6 % 5) % 6)
+        for i in range(300)
     ]
     path = write_jsonl(tmp_path / "events.jsonl", events)
     stores = []
@@ -528,11 +530,11 @@ def test_read_ahead_state_is_brought_up_to_date_with_the_previous_batch(tmp_path
 
             monkeypatch.setattr(ingest.StoreSession, "commit", slow_commit)
         settings = Settings(home=tmp_path / f"home-{in_worker}")
-        ingest.ingest_paths([path], settings, batch_events=10, parse_in_worker=in_worker)
+        ingest.ingest_paths([path], settings, batch_events=40, parse_in_worker=in_worker)
         live = Store(settings, tmp_path)
         stores.append((live.edges(), live.counts(), live.pairs("blocks"), live.pairs("mutes")))
     assert stores[0] == stores[1]
-    assert stores[0][0]  # some follows survive
+    assert stores[0][2] and stores[0][3]  # blocks and mutes left (blocks removed the follows)
 
 
 def test_folders_and_bad_paths(sqlite_live, tmp_path):
