@@ -332,7 +332,7 @@ def _limit_param(settings: Settings) -> dict:
 def _candidate_from_body(body: bytes) -> int:
     try:
         document = json.loads(body or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested arrays/objects
         raise InvalidRequestError(
             'invalid request body: expected JSON like {"candidate_id": 123}'
         ) from None

@@ -282,7 +282,9 @@ def runs(as_json: JsonOpt = False) -> None:
 
 @app.command("recommend")
 def recommend(
-    user_id: Annotated[int, typer.Argument(help="The user to recommend for.", min=0)],
+    user_id: Annotated[
+        int, typer.Argument(help="The user to recommend for.", min=0, max=2**63 - 1)
+    ],
     limit: Annotated[
         int | None, typer.Option("--limit", help="Items to show (default api_default_limit).")
     ] = None,
@@ -367,7 +369,9 @@ def serve(
 
 @app.command("token")
 def token(
-    user_id: Annotated[int, typer.Argument(help="The user the token speaks for (JWT sub).", min=0)],
+    user_id: Annotated[
+        int, typer.Argument(help="The user the token speaks for (JWT sub).", min=0, max=2**63 - 1)
+    ],
     service: Annotated[
         bool, typer.Option("--service", help="Service role: may read any user's list.")
     ] = False,

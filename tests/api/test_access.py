@@ -138,6 +138,7 @@ def test_bad_requests_are_4xx_with_a_message(client, path, status, detail):
     [
         (b"not json", 400, BAD_BODY),
         (b"[21]", 400, BAD_BODY),
+        (b"[" * 5000 + b"]" * 5000, 400, BAD_BODY),  # nested past the recursion limit: not a 500
         (b'{"candidate": 21}', 400, BAD_BODY),
         (b'{"candidate_id": "21"}', 400, f"invalid candidate id '21': {BAD_ID}"),
         (b'{"candidate_id": true}', 400, f"invalid candidate id True: {BAD_ID}"),
