@@ -26,6 +26,20 @@ concurrent ``freeze_snapshot`` of a large graph, on SQLite and on PostgreSQL.
 PostgreSQL runs on a throwaway local server (``recs.pgserver``, ``synchronous_commit=off``,
 durable ``fsync``). Everything lives under ``--home`` (default: a new folder in /tmp). Results
 print as tables and go to ``--home``/results.json; the last line is a one-line summary.
+
+Measured on this shared 2-core machine (other jobs running; load average in brackets), with
+the defaults (472,265 events from 20 k users; a 100 k-user, 3 M-edge graph):
+
+- Ingest, SQLite: 52,185 and 54,254 events/s [load 0.7-1.0]; 38,466 events/s [load 2.7]. Per
+  CPU second of the ingesting process: 59-62 k events (the parser process used 6.5 CPU s).
+  PostgreSQL: 19.6-24.5 k events/s.
+- Write latency, SQLite (snapshot 3.0 s): paced p99 0.94 ms idle, 0.81 ms during the snapshot
+  (ratio 0.86); closed loop 4,168 -> 4,085 writes/s, p99 0.75 -> 0.83 ms (ratio 1.11).
+- PostgreSQL (snapshot 4.0 s): p50 2.4 -> 2.8 ms, but p99 3.9 -> 9.8 ms (ratio 2.51; closed
+  loop 1.85, throughput 456 -> 382 writes/s): no lock is waited for (REPEATABLE READ takes
+  none a writer needs, p50 barely moves), but the backend serving the ``COPY`` takes a core
+  of the two the writer and its backend share. Production reads the snapshot from a
+  streaming replica, or from a store with more than two cores.
 """
 
 from __future__ import annotations
@@ -53,25 +67,25 @@ WRITER = textwrap.dedent(
     started = time.monotonic()
     next_at = started
     i = 0
-    while True:
+    while True:  # a follow, then its unfollow: the graph keeps its size
         now = time.monotonic()
         if now - started >= seconds:
             break
         if rate > 0:
             if now < next_at:
                 time.sleep(next_at - now)
-            next_at += 1.0 / rate
-        a = rng.randrange(users)
-        b = (a + 1 + rng.randrange(users - 1)) % users
-        for kind in ("follow", "unfollow"):
-            i += 1
-            moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base + i)
-            event = {"event_id": f"{label}-{base}-{i}", "event_type": kind, "actor_id": a,
-                     "target_id": b, "event_time": moment.isoformat()}
-            t0 = time.monotonic()
-            counts = ingest.apply_events(session, [event], source="bench")
-            samples.append((t0, time.monotonic() - t0))
-            assert counts.applied == 1, counts
+            next_at = max(next_at + 1.0 / rate, now)
+        if i % 2 == 0:
+            a = rng.randrange(users)
+            b = (a + 1 + rng.randrange(users - 1)) % users
+        i += 1
+        moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base + i)
+        event = {"event_id": f"{label}-{base}-{i}", "event_type": ("unfollow", "follow")[i % 2],
+                 "actor_id": a, "target_id": b, "event_time": moment.isoformat()}
+        t0 = time.monotonic()
+        counts = ingest.apply_events(session, [event], source="bench")
+        samples.append((t0, time.monotonic() - t0))
+        assert counts.applied == 1, counts
     session.close()
     json.dump(samples, sys.stdout)
     """

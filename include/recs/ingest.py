@@ -562,10 +562,6 @@ class StoreSession:
         self.cursor.execute(self._sql(sql), params)
         return self.cursor
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if rows:
-            self.cursor.executemany(self._sql(sql), rows)
-
     def insert_rows(
         self,
         table: str,
@@ -891,7 +887,7 @@ _USER_COLUMNS = {
     "is_discoverable": 3,
     "is_private": 4,
 }
-"""Position of each ``user_upsert`` field in a loaded user row (``StoreSession.load_users``)."""
+"""Position of each ``user_upsert`` field in a user row (``StoreSession.load_state``)."""
 
 
 class _Batch:
