@@ -82,6 +82,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -283,8 +284,20 @@ class LiveStore:
             except Exception:  # noqa: BLE001 - already broken
                 pass
 
-    def _read(self, operation: str, sql: str, params: Iterable[Any]) -> list[tuple]:
+    @contextmanager
+    def _unavailable_on_error(self, operation: str) -> Iterator[None]:
+        """Turn a store failure into ``StoreUnavailableError`` (connection dropped, counted)."""
         try:
+            yield
+        except self._errors as error:
+            self._discard()
+            STORE_ERRORS.labels(operation).inc()
+            raise StoreUnavailableError(
+                f"live store unavailable ({operation}): {_one_line(error)}"
+            ) from None
+
+    def _read(self, operation: str, sql: str, params: Iterable[Any]) -> list[tuple]:
+        with self._unavailable_on_error(operation):
             connection = self._connection()
             cursor = connection.cursor()
             try:
@@ -295,12 +308,6 @@ class LiveStore:
             if not self.is_local:
                 connection.rollback()  # end the implicit read transaction (PostgreSQL)
             return rows
-        except self._errors as error:
-            self._discard()
-            STORE_ERRORS.labels(operation).inc()
-            raise StoreUnavailableError(
-                f"live store unavailable ({operation}): {_one_line(error)}"
-            ) from None
 
     def _in(self, values: list[int]) -> str:
         return ", ".join([self._ph] * len(values))
@@ -463,7 +470,7 @@ class LiveStore:
         there (its original time is returned). Raises ``UnknownUserError`` if either account
         does not exist, ``StoreUnavailableError`` if the write fails."""
         p = self._ph
-        try:
+        with self._unavailable_on_error("add_dismissal"):
             connection = self._connection()
             cursor = connection.cursor()
             try:
@@ -491,18 +498,12 @@ class LiveStore:
                 connection.commit()
             finally:
                 cursor.close()
-        except self._errors as error:
-            self._discard()
-            STORE_ERRORS.labels("add_dismissal").inc()
-            raise StoreUnavailableError(
-                f"live store unavailable (add_dismissal): {_one_line(error)}"
-            ) from None
         return created, self._timestamp(dismissed_at)
 
     def remove_dismissal(self, user_id: int, candidate_id: int) -> bool:
         """Delete the dismissal; True if there was one. Raises ``StoreUnavailableError``."""
         p = self._ph
-        try:
+        with self._unavailable_on_error("remove_dismissal"):
             connection = self._connection()
             cursor = connection.cursor()
             try:
@@ -514,12 +515,6 @@ class LiveStore:
                 connection.commit()
             finally:
                 cursor.close()
-        except self._errors as error:
-            self._discard()
-            STORE_ERRORS.labels("remove_dismissal").inc()
-            raise StoreUnavailableError(
-                f"live store unavailable (remove_dismissal): {_one_line(error)}"
-            ) from None
         return removed
 
     def ping(self) -> bool:

@@ -142,7 +142,50 @@ def _missing_tables_message(where: str, missing: list[str]) -> str:
     )
 
 
-class _AdbcSqliteReader:
+class _Reader:
+    """What every ``LiveStoreReader`` shares: the table check, ``read_table`` and exit."""
+
+    def _require_tables(self, present: set[str], where: str) -> None:
+        """Close and raise ``LiveStoreError`` unless every snapshot table is ``present``."""
+        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
+        if missing:
+            self._close()
+            raise LiveStoreError(_missing_tables_message(where, missing))
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        return _concat(self.iter_table(name))
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _AdbcReader(_Reader):
+    """An ADBC connection and cursor holding one read transaction; rolled back on close."""
+
+    _connection: Any = None
+    _cursor: Any = None
+
+    def _close(self) -> None:
+        try:
+            if self._cursor is not None:
+                self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
+        except Exception:  # noqa: BLE001 - no transaction open, or the connection is gone
+            pass
+        finally:
+            if self._cursor is not None:
+                self._cursor.close()
+            if self._connection is not None:
+                self._connection.close()
+            self._cursor = self._connection = None
+
+
+class _AdbcSqliteReader(_AdbcReader):
     """SQLite via ADBC: ``BEGIN`` + ``SELECT``s on a ``query_only`` connection (WAL reader)."""
 
     backend = "sqlite"
@@ -178,18 +221,12 @@ class _AdbcSqliteReader:
         except BaseException:
             self._close()
             raise
-        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
-        if missing:
-            self._close()
-            raise LiveStoreError(_missing_tables_message(self.path, missing))
+        self._require_tables(present, self.path)
         return self
 
     def _scalar(self, sql: str) -> Any:
         self._cursor.execute(sql)
         return self._cursor.fetchall()[0][0]
-
-    def read_table(self, name: str) -> pl.DataFrame:
-        return _concat(self.iter_table(name))
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
@@ -222,24 +259,8 @@ class _AdbcSqliteReader:
             log.info("read %s: %d rows", name, rows)
             yield _conform(pa.Table.from_batches(pending) if pending else None, contract, nullable)
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._close()
 
-    def _close(self) -> None:
-        try:
-            if self._cursor is not None:
-                self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
-        except Exception:  # no transaction open (failed before BEGIN)
-            pass
-        finally:
-            if self._cursor is not None:
-                self._cursor.close()
-            if self._connection is not None:
-                self._connection.close()
-            self._cursor = self._connection = None
-
-
-class _AdbcPostgresReader:
+class _AdbcPostgresReader(_AdbcReader):
     """PostgreSQL via ADBC: one ``REPEATABLE READ, READ ONLY`` transaction, each table read by
     the driver as ``COPY (SELECT ...) TO STDOUT (FORMAT binary)`` straight into Arrow batches.
 
@@ -280,14 +301,8 @@ class _AdbcPostgresReader:
         except BaseException:
             self._close()
             raise
-        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
-        if missing:
-            self._close()
-            raise LiveStoreError(_missing_tables_message(_display_url(self.url), missing))
+        self._require_tables(present, _display_url(self.url))
         return self
-
-    def read_table(self, name: str) -> pl.DataFrame:
-        return _concat(self.iter_table(name))
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
@@ -318,24 +333,8 @@ class _AdbcPostgresReader:
             log.info("read %s: %d rows", name, rows)
             yield frame()
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._close()
 
-    def _close(self) -> None:
-        try:
-            if self._cursor is not None:
-                self._cursor.execute("ROLLBACK")  # a read-only transaction: nothing to commit
-        except Exception:  # noqa: BLE001 - no transaction open, or the connection is gone
-            pass
-        finally:
-            if self._cursor is not None:
-                self._cursor.close()
-            if self._connection is not None:
-                self._connection.close()
-            self._cursor = self._connection = None
-
-
-class _SqlAlchemyReader:
+class _SqlAlchemyReader(_Reader):
     """Any SQLAlchemy URL: one transaction (PostgreSQL: REPEATABLE READ, READ ONLY)."""
 
     def __init__(self, url: str) -> None:
@@ -363,14 +362,8 @@ class _SqlAlchemyReader:
         except BaseException:
             self._close()
             raise
-        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
-        if missing:
-            self._close()
-            raise LiveStoreError(_missing_tables_message(_display_url(self.url), missing))
+        self._require_tables(present, _display_url(self.url))
         return self
-
-    def read_table(self, name: str) -> pl.DataFrame:
-        return _concat(self.iter_table(name))
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         from sqlalchemy import select
@@ -392,9 +385,6 @@ class _SqlAlchemyReader:
             yield frame.select(pl.col(column).cast(dtype) for column, dtype in contract.items())
         if not rows:
             yield pl.DataFrame(schema=contract)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._close()
 
     def _close(self) -> None:
         try:

@@ -30,13 +30,6 @@ HEAVY = (
 
 
 @pytest.fixture(scope="module")
-def dagbag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(DAGS_DIR))
-
-
-@pytest.fixture(scope="module")
 def dag(dagbag):
     return dagbag.dags[DAG_ID]
 
@@ -47,20 +40,10 @@ def test_dag_imports_without_errors_and_file_name_is_the_dag_id(dagbag):
     assert (DAGS_DIR / f"{DAG_ID}.py").exists()
 
 
-def test_parsing_the_dag_file_loads_no_heavy_library():
+def test_parsing_the_dag_file_loads_no_heavy_library(modules_loaded_by_parsing):
     """Import the DAG file in a fresh interpreter and list what ended up in sys.modules
     (not even recs.ingest: the sensor imports it when it runs)."""
-    dag_file = str(DAGS_DIR / f"{DAG_ID}.py")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('d', {dag_file!r})\n"
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
-    )
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert modules_loaded_by_parsing(DAG_ID, HEAVY) == []
 
 
 def test_polls_every_five_minutes_one_run_at_a_time(dag):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +11,6 @@ DAGS_DIR = REPO / "dags"
 
 DAG_ID = "recs_who_to_follow_nightly"
 HEAVY = ("polars", "duckdb", "dbt", "great_expectations", "pandas", "pyarrow", "numba", "numpy")
-
-
-@pytest.fixture(scope="module")
-def dagbag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(DAGS_DIR))
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +27,9 @@ def test_dag_file_name_equals_dag_id():
     assert (DAGS_DIR / f"{DAG_ID}.py").exists()
 
 
-def test_parsing_the_dag_file_loads_no_heavy_library():
+def test_parsing_the_dag_file_loads_no_heavy_library(modules_loaded_by_parsing):
     """Import the DAG file in a fresh interpreter and list what ended up in sys.modules."""
-    dag_file = str(DAGS_DIR / f"{DAG_ID}.py")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('d', {dag_file!r})\n"
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ},
-        cwd=REPO,
-    )
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = modules_loaded_by_parsing(DAG_ID, HEAVY)
     assert loaded == [], f"DAG parse imported heavy modules: {loaded}"
 
 
