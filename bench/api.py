@@ -170,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
             warm = wrk(args.warmup, args.rate, paced=True, delay_ms=first)
             overhead = args.connections * 1000.0 / warm["req_per_s"] - first
             think = max(args.connections * 1000.0 / (1.02 * args.rate) - overhead, 0.0)
-            before = _server_histogram(base, name)
+            before = _server_histogram(base, name, token)
             cpu = _CpuMeter(server.pid)
             with _Swapper(settings, args.swap_with, args.swap_every) as swapper:
                 measured = wrk(args.duration, args.rate, paced=True, delay_ms=think)
             measured["cpu"] = cpu.read()
             measured["swaps"] = swapper.swaps
-            after = _server_histogram(base, name)
+            after = _server_histogram(base, name, token)
             entry = {"paced": measured, "server": _histogram_quantiles(before, after)}
             if not args.no_saturate:
                 entry["ceiling"] = wrk(max(args.duration // 3, 5), 0, paced=False)
@@ -309,9 +309,13 @@ def _wrk_runner(base, script, paths_file, token, args):
     return run
 
 
-def _server_histogram(base: str, source: str) -> dict[float, float]:
-    """Cumulative bucket counts of the server's request histogram for one source."""
-    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+def _server_histogram(base: str, source: str, token: str) -> dict[float, float]:
+    """Cumulative bucket counts of the server's request histogram for one source (/metrics
+    needs the service token)."""
+    request = urllib.request.Request(
+        f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
         text = response.read().decode()
     buckets: dict[float, float] = {}
     for line in text.splitlines():

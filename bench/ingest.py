@@ -56,20 +56,20 @@ from pathlib import Path
 
 WRITER = textwrap.dedent(
     """
-    import datetime as dt, json, random, sys, time
+    import datetime as dt, json, os, random, sys, time
     from recs import ingest
     url, users, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    rate, seed, label = float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    rate, seed, label, stop = float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
     session = ingest.StoreSession(url)
     rng = random.Random(seed)
     samples = []
-    base = int(time.time() * 1e6) + 10**15  # event times after the load's, new every run
+    base = int(time.time() * 1e6)  # now: after the load's event times, inside the ingest window
     started = time.monotonic()
     next_at = started
     i = 0
     while True:  # a follow, then its unfollow: the graph keeps its size
         now = time.monotonic()
-        if now - started >= seconds:
+        if now - started >= seconds or (i % 16 == 0 and os.path.exists(stop)):
             break
         if rate > 0:
             if now < next_at:
@@ -94,11 +94,17 @@ WRITER = textwrap.dedent(
 SNAPSHOT = textwrap.dedent(
     """
     import json, os, sys, time
-    os.nice(int(sys.argv[4]))
+    if sys.argv[6]:  # the CPUs of the standby's stand-in host
+        os.sched_setaffinity(0, {int(c) for c in sys.argv[6].split(",")})
+    if sys.argv[4] == "idle":  # only CPU time nothing else wants
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(int(sys.argv[4]))
     from recs import pipeline
     from recs.config import Settings
     from recs.runs import RunPaths
-    settings = Settings(home=sys.argv[1], store_url=sys.argv[2], shard_count=16)
+    settings = Settings(home=sys.argv[1], store_url=sys.argv[2], snapshot_store_url=sys.argv[5],
+                        shard_count=16)
     paths = RunPaths.create(settings.home, "2026-11-01", sys.argv[3])
     started = time.monotonic()
     result = pipeline.freeze_snapshot(paths, settings)
@@ -145,9 +151,21 @@ def ingest_rate(url: str | None, home: Path, events: Path, label: str) -> dict:
     }
 
 
-def latency_phase(url: str, home: Path, users: int, args, rate: float, label: str) -> dict:
-    """One writer run: idle, then a snapshot in another process, then a short tail."""
+def latency_phase(
+    url: str,
+    snapshot_url: str,
+    home: Path,
+    users: int,
+    args,
+    rate: float,
+    label: str,
+    cpus: set[int] | None = None,
+) -> dict:
+    """One writer run on ``url``: idle, then a snapshot (read from ``snapshot_url``) in another
+    process, then a one-second tail."""
     seconds = args.idle + args.max_snapshot + 2
+    stop = home / f"stop-{label}"
+    stop.unlink(missing_ok=True)
     writer = subprocess.Popen(
         [
             sys.executable,
@@ -159,6 +177,7 @@ def latency_phase(url: str, home: Path, users: int, args, rate: float, label: st
             str(rate),
             str(args.seed),
             label,
+            str(stop),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -174,7 +193,9 @@ def latency_phase(url: str, home: Path, users: int, args, rate: float, label: st
             str(home / f"snap-{label}"),
             url,
             label,
-            str(args.snapshot_nice),
+            args.snapshot_priority,
+            snapshot_url,
+            ",".join(map(str, sorted(cpus))) if cpus else "",
         ],
         capture_output=True,
         text=True,
@@ -185,6 +206,8 @@ def latency_phase(url: str, home: Path, users: int, args, rate: float, label: st
         writer.kill()
         raise SystemExit(f"snapshot failed:\n{done.stderr[-3000:]}")
     snap = json.loads(done.stdout.strip().splitlines()[-1])
+    time.sleep(1.0)
+    stop.touch()
     out, err = writer.communicate(timeout=seconds + 120)
     if writer.returncode != 0:
         raise SystemExit(f"writer failed:\n{err[-3000:]}")
@@ -246,16 +269,24 @@ def main() -> int:
         "--parts", default="ingest,latency", help="Comma-separated: ingest, latency."
     )
     parser.add_argument(
-        "--snapshot-nice",
-        type=int,
-        default=10,
-        help="CPU niceness of the snapshot process (0: compete for the cores as an equal).",
+        "--snapshot-priority",
+        default="idle",
+        help="CPU priority of the snapshot process: 'idle' (SCHED_IDLE: it runs on CPU time "
+        "nothing else wants, as on its own host) or a nice value (0: compete as an equal).",
+    )
+    parser.add_argument(
+        "--snapshot-from",
+        default="primary,standby",
+        help="PostgreSQL: read the snapshot from the primary itself, and/or from a streaming "
+        "hot standby of it (started here under SCHED_IDLE, standing in for another host).",
     )
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="recs-bench-ingest-"))
     home.mkdir(parents=True, exist_ok=True)
     os.environ.pop("RECS_STORE_URL", None)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    # The standby's stand-in host: the last CPU, at SCHED_IDLE (None on a one-CPU machine).
+    standby_cpus = {max(os.sched_getaffinity(0))} if len(os.sched_getaffinity(0)) > 1 else None
     parts = {p.strip() for p in args.parts.split(",")}
 
     from recs import pgserver
@@ -265,7 +296,7 @@ def main() -> int:
 
     print(
         f"bench-ingest: home {home}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-        f"snapshot nice {args.snapshot_nice}"
+        f"snapshot priority {args.snapshot_priority}"
     )
     server = pgserver.start(durable=True) if "postgresql" in stores else None
     results: dict = {
@@ -336,14 +367,37 @@ def main() -> int:
                     f"\n{store}: loaded {loaded['users']:,} users, {loaded['follow_edges']:,} "
                     f"follows in {time.perf_counter() - t0:.0f} s"
                 )
-                latency[store] = {
-                    "paced": latency_phase(
-                        url, home, args.graph_users, args, args.rate, f"{store}-p"
-                    ),
-                    "closed_loop": latency_phase(
-                        url, home, args.graph_users, args, 0, f"{store}-c"
-                    ),
-                }
+                sources = {"sqlite": url} if store == "sqlite" else {}
+                standby = None
+                try:
+                    for source in args.snapshot_from.split(","):
+                        if store != "postgresql":
+                            break
+                        if source.strip() == "primary":
+                            sources["postgresql"] = url
+                        elif source.strip() == "standby":
+                            t0 = time.perf_counter()
+                            standby = pgserver.start_standby(
+                                server, cpu_idle=True, cpus=standby_cpus
+                            )
+                            sources["postgresql-standby"] = standby.url_for("graph")
+                            took = time.perf_counter() - t0
+                            print(f"standby: copied and started in {took:.0f} s")
+                    for label, snapshot_url in sources.items():
+                        cpus = standby_cpus if label.endswith("standby") else None
+                        latency[label] = {
+                            "paced": latency_phase(
+                                url, snapshot_url, home, args.graph_users, args, args.rate,
+                                f"{label}-p", cpus,
+                            ),
+                            "closed_loop": latency_phase(
+                                url, snapshot_url, home, args.graph_users, args, 0, f"{label}-c",
+                                cpus,
+                            ),
+                        }
+                finally:
+                    if standby is not None:
+                        standby.stop()
             results["write_latency"] = latency
             rows = []
             for store, phases in latency.items():

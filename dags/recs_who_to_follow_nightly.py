@@ -32,14 +32,23 @@ DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
 
 
 def _run_ref() -> dict[str, str]:
-    """The run reference every task receives: home, snapshot date and run id (small, XCom-able)."""
+    """The run reference every task receives: home, snapshot date and run id (small, XCom-able).
+
+    The run id is Airflow's with ``:``/``+``/``~`` made ``_`` (``recs.runs.run_id_from_airflow``);
+    one outside ``recs.runs.RUN_ID_PATTERN`` fails the task at once, without retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
     from recs.config import get_settings
-    from recs.runs import RunPaths
+    from recs.runs import InvalidRunIdError, RunPaths, run_id_from_airflow
 
     context = get_current_context()
     dag_run = context["dag_run"]
     logical = context.get("logical_date") or dag_run.run_after
-    paths = RunPaths.create(get_settings().home, logical.date(), dag_run.run_id)
+    try:
+        run_id = run_id_from_airflow(dag_run.run_id)
+    except InvalidRunIdError as error:
+        raise AirflowFailException(str(error)) from None  # no retry can fix a run id
+    paths = RunPaths.create(get_settings().home, logical.date(), run_id)
     return {
         "home": str(paths.home),
         "snapshot_date": paths.snapshot_date.isoformat(),

@@ -10,12 +10,21 @@ Endpoints (JSON; every error is ``{"detail": "<one line>"}``):
 ``DELETE /v1/users/{user_id}/dismissals/{candidate_id}``
     Undo it: 204, or 404 if there was none.
 ``GET /healthz`` (the process answers), ``GET /readyz`` (200 once a published version is
-loaded, else 503), ``GET /metrics`` (Prometheus text).
+loaded, else 503): both open, for liveness and readiness probes. ``GET /metrics`` (Prometheus
+text) needs a service-role bearer token unless ``api_metrics_public``.
 
-Status codes: 400 malformed id, limit or body; 401 no/invalid/expired bearer token (with
-``WWW-Authenticate: Bearer``); 403 a token for another user (``recs.auth`` rules); 404 unknown
-or inactive user, unknown candidate, no such dismissal; 503 the live store failed a check that
-must not fail open (reads) or a write.
+Ids in paths (``user_id``, ``candidate_id``) are canonical decimal only: ``0`` or
+``[1-9][0-9]*`` up to ``2**63 - 1`` (``recs.auth.parse_id``); ``01``, `` 1``, ``+1``, ``1e3``
+are 400, not user 1. The body's ``candidate_id`` must be a JSON integer (not ``true``,
+``1.0``, ``"1"`` or ``-0``). Request bodies are limited to ``api_max_body_bytes`` (16 KiB):
+a larger ``Content-Length`` is refused before anything is read, a chunked body as soon as it
+grows past the limit (``_BodyLimit``).
+
+Status codes: 400 malformed id, limit, body or Content-Length; 401 no/invalid/expired bearer
+token (with ``WWW-Authenticate: Bearer``); 403 a token for another user (``recs.auth`` rules),
+or a user token on /metrics; 404 unknown or inactive user, unknown candidate, no such
+dismissal; 413 request body over ``api_max_body_bytes``; 503 the live store failed a check
+that must not fail open (reads) or a write.
 
 Concurrency: handlers are ``async``. With the default SQLite live store a request's few point
 queries take tens of microseconds, less than a hop to a thread pool, so reads run on the event
@@ -53,7 +62,15 @@ from prometheus_client import (
 )
 
 from recs import serving
-from recs.auth import VerifiedTokens, check_read, check_write, secret_of
+from recs.auth import (
+    ID_RULE,
+    VerifiedTokens,
+    check_read,
+    check_service,
+    check_write,
+    parse_id,
+    secret_of,
+)
 from recs.config import Settings, get_settings
 from recs.errors import InvalidRequestError, RecsError
 
@@ -107,6 +124,66 @@ class _RequestMetrics:
             source = (scope.get("state") or {}).get("source", "-")
             REQUEST_SECONDS.labels(path, source).observe(time.perf_counter() - started)
             REQUESTS.labels(path, scope.get("method", ""), str(status)).inc()
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A request body over ``api_max_body_bytes``."""
+
+    http_status = 413
+
+
+class _BodyLimit:
+    """Pure ASGI middleware bounding request bodies to ``max_bytes`` before they are read.
+
+    A ``Content-Length`` over the limit is answered 413 at once (the body is never pulled
+    from the server, which discards it), a malformed one 400. In every case (chunked bodies
+    have no Content-Length) the ``receive`` the app sees counts the bytes and raises
+    ``RequestTooLargeError`` (413, through the app's error handler) when a chunk takes the
+    total past the limit, so at most ``max_bytes`` plus one server chunk (uvicorn: <= 64 KiB)
+    is ever held. Early refusals are counted by ``_RequestMetrics`` under path ``unmatched``
+    (no route has been resolved yet)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None:
+            refusal = None
+            if not declared.isdigit():
+                text = declared.decode("latin-1")
+                refusal = InvalidRequestError(f"invalid Content-Length header {text!r}")
+            elif len(declared) > 15 or int(declared) > self.max_bytes:  # 15 digits: < 1 PB
+                refusal = self._too_large()
+            if refusal is not None:
+                response = _error(refusal)
+                response.headers["Connection"] = "close"
+                await response(scope, receive, send)
+                return
+        # Counted whatever Content-Length said: a server that let a chunked body override it
+        # must still not get past the limit.
+        received = 0
+        limit = self.max_bytes
+
+        async def bounded_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise self._too_large()
+            return message
+
+        await self.app(scope, bounded_receive, send)
+
+    def _too_large(self) -> RequestTooLargeError:
+        return RequestTooLargeError(
+            f"request body too large: the limit is {self.max_bytes:,} bytes (api_max_body_bytes)"
+        )
 
 
 _ENCODER = msgspec.json.Encoder()  # ~4 µs for a 20-item list; the standard library takes ~50
@@ -183,7 +260,8 @@ def create_app(
     app.state.settings = settings
     app.state.store = store
     app.state.versions = versions
-    app.add_middleware(_RequestMetrics)
+    app.add_middleware(_BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(_RequestMetrics)  # added last: outermost, so it times and counts 413s
 
     async def recs_error(_request: Request, error: Exception) -> Response:
         return _error(error)
@@ -226,7 +304,7 @@ def create_app(
         """One user's who-to-follow list: the batch list validated against the live store, or
         the cold-start list."""
         principal = tokens.principal(request.headers.get("authorization"))
-        user_id = serving.parse_id(request.path_params["user_id"], "user id")
+        user_id = parse_id(request.path_params["user_id"], "user id")
         check_read(principal, user_id)
         limit = serving.parse_limit(request.query_params.get("limit"), settings)
         document = await off_loop(read_list, user_id, limit)
@@ -256,7 +334,7 @@ def create_app(
     async def add_dismissal(request: Request) -> Response:
         """Body ``{"candidate_id": N}``. 201 once committed (200 if already dismissed)."""
         principal = tokens.principal(request.headers.get("authorization"))
-        user_id = serving.parse_id(request.path_params["user_id"], "user id")
+        user_id = parse_id(request.path_params["user_id"], "user id")
         check_write(principal, user_id)
         candidate = _candidate_from_body(await request.body())
         document = await run_in_threadpool(
@@ -273,10 +351,10 @@ def create_app(
     async def delete_dismissal(request: Request) -> Response:
         """Undo a dismissal: 204, or 404 if there was none."""
         principal = tokens.principal(request.headers.get("authorization"))
-        user_id = serving.parse_id(request.path_params["user_id"], "user id")
+        user_id = parse_id(request.path_params["user_id"], "user id")
         check_write(principal, user_id)
-        candidate = serving.parse_id(request.path_params["candidate_id"], "candidate id")
-        await run_in_threadpool(serving.remove_dismissal, store, user_id, candidate)
+        candidate = parse_id(request.path_params["candidate_id"], "candidate id")
+        await run_in_threadpool(serving.remove_dismissal, store, user_id, candidate, clock())
         return Response(status_code=204)
 
     @app.get("/healthz", response_model=None)
@@ -299,8 +377,19 @@ def create_app(
             }
         )
 
-    @app.get("/metrics", response_model=None)
-    async def metrics() -> Response:
+    @app.get(
+        "/metrics",
+        response_model=None,
+        responses={
+            200: {"description": "Prometheus text exposition."},
+            401: {"description": "Missing, invalid or expired bearer token."},
+            403: {"description": "Not a service token."},
+        },
+    )
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics: a service-role token is required unless api_metrics_public."""
+        if not settings.api_metrics_public:
+            check_service(tokens.principal(request.headers.get("authorization")), "/metrics")
         return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)
 
     return app
@@ -329,9 +418,17 @@ def _limit_param(settings: Settings) -> dict:
     }
 
 
+def _json_int(literal: str) -> int | str:
+    """``parse_int`` of the body's JSON: the integer, except ``-0`` (not canonical) which stays
+    the literal text, so it is refused as a non-integer."""
+    return literal if literal == "-0" else int(literal)
+
+
 def _candidate_from_body(body: bytes) -> int:
+    """``candidate_id`` of ``{"candidate_id": N}``: a JSON integer in ``0 .. 2**63 - 1``
+    (``true``, ``21.0``, ``"21"``, ``-0`` are refused). ``InvalidRequestError`` otherwise."""
     try:
-        document = json.loads(body or b"null")
+        document = json.loads(body or b"null", parse_int=_json_int)
     except (ValueError, RecursionError):  # RecursionError: absurdly nested arrays/objects
         raise InvalidRequestError(
             'invalid request body: expected JSON like {"candidate_id": 123}'
@@ -339,11 +436,9 @@ def _candidate_from_body(body: bytes) -> int:
     if not isinstance(document, dict) or "candidate_id" not in document:
         raise InvalidRequestError('invalid request body: expected JSON like {"candidate_id": 123}')
     value = document["candidate_id"]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequestError(
-            f"invalid candidate id {value!r}: expected a non-negative integer below 2**63"
-        )
-    return serving.parse_id(value, "candidate id")
+    if type(value) is not int or not 0 <= value <= serving.MAX_ID:
+        raise InvalidRequestError(f"invalid candidate id {value!r}: {ID_RULE}")
+    return value
 
 
 def _registry():

@@ -22,13 +22,46 @@ from dataclasses import dataclass
 import jwt
 
 from recs.config import Settings
-from recs.errors import AuthenticationError, ConfigurationError, PermissionDeniedError
+from recs.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidRequestError,
+    PermissionDeniedError,
+)
 
 ALGORITHM = "HS256"
 AUDIENCE = "recs-api"
 ISSUER = "recs"
 ROLES = ("user", "service")
 _MAX_USER_ID = 2**63 - 1
+MAX_TTL_SECONDS = 30 * 24 * 3600
+"""Longest token lifetime ``mint_token`` (and ``recs token --ttl``) issues: 30 days. An
+HS256 token cannot be revoked short of rotating the secret, so its life is bounded."""
+ID_RULE = (
+    "expected a non-negative integer below 2**63 in plain decimal (no sign, spaces or "
+    "leading zeros)"
+)
+
+
+def is_canonical_id(text: str) -> bool:
+    """Whether ``text`` is ``0`` or ``[1-9][0-9]*`` (ASCII) and at most ``2**63 - 1``."""
+    return (
+        0 < len(text) <= 19
+        and text.isascii()
+        and text.isdigit()
+        and (text == "0" or text[0] != "0")
+        and int(text) <= _MAX_USER_ID
+    )
+
+
+def parse_id(text: str, what: str = "user id") -> int:
+    """A user or candidate id given as text (URL path segment, CLI argument, token ``sub``).
+
+    Only the canonical decimal form names an id: ``01``, `` 1``, ``+1``, ``1e3``, ``1.0`` are
+    not user 1. Raises ``InvalidRequestError`` (400; CLI exit 2) otherwise."""
+    if not is_canonical_id(text):
+        raise InvalidRequestError(f"invalid {what} {text!r}: {ID_RULE}")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +90,13 @@ def mint_token(
     ttl_seconds: int = 3600,
     now: float | None = None,
 ) -> str:
-    """A signed token for ``user_id`` valid ``ttl_seconds`` from ``now`` (epoch seconds,
-    default the wall clock). ``service=True`` adds the service role (read any user)."""
+    """A signed token for ``user_id`` valid ``ttl_seconds`` (1 .. ``MAX_TTL_SECONDS``) from
+    ``now`` (epoch seconds, default the wall clock). ``service=True`` adds the service role
+    (read any user). Raises ``ValueError`` for an id or a lifetime out of range."""
     if user_id < 0 or user_id > _MAX_USER_ID:
         raise ValueError(f"user id out of range: {user_id}")
+    if isinstance(ttl_seconds, bool) or not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise ValueError(f"ttl_seconds must be 1 .. {MAX_TTL_SECONDS} (30 days): {ttl_seconds}")
     issued = int(time.time() if now is None else now)
     claims = {
         "sub": str(user_id),
@@ -146,7 +182,7 @@ def _verify(secret: str, token: str) -> tuple[Principal, float]:
     except jwt.InvalidTokenError as error:
         raise AuthenticationError(f"invalid bearer token: {error}") from None
     subject = claims["sub"]
-    if not subject.isascii() or not subject.isdigit() or int(subject) > _MAX_USER_ID:
+    if not isinstance(subject, str) or not is_canonical_id(subject):
         raise AuthenticationError(f"invalid bearer token: subject {subject!r} is not a user id")
     role = claims.get("role", "user")
     if role not in ROLES:
@@ -161,6 +197,13 @@ def check_read(principal: Principal, user_id: int) -> None:
     raise PermissionDeniedError(
         f"token for user {principal.user_id} may not read user {user_id}'s recommendations"
     )
+
+
+def check_service(principal: Principal, what: str) -> None:
+    """Raise ``PermissionDeniedError`` (403) unless the caller has the service role."""
+    if principal.is_service:
+        return
+    raise PermissionDeniedError(f"{what} needs a service token (recs token --service)")
 
 
 def check_write(principal: Principal, user_id: int) -> None:

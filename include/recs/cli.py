@@ -40,11 +40,22 @@ err = Console(stderr=True, soft_wrap=True)
 SnapshotDate = Annotated[
     str, typer.Option("--snapshot-date", help="The run's snapshot date, YYYY-MM-DD.")
 ]
+RUN_ID_HELP = "1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit, no '..'"
 RunIdOpt = Annotated[
     str | None,
-    typer.Option("--run-id", help="Run id (default: the only/newest run of that date)."),
+    typer.Option(
+        "--run-id", help=f"Run id (default: the only/newest run of that date); {RUN_ID_HELP}."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+# A user id is read as text and parsed by recs.auth.parse_id (canonical decimal, 0 .. 2**63-1),
+# so `recs recommend -1` says what a user id is instead of "No such option: -1": commands
+# taking one accept unknown option-like words as arguments (a mistyped option then shows up
+# as "unexpected extra argument").
+UserIdArg = Annotated[
+    str, typer.Argument(help="User id: 0 .. 2**63-1, plain decimal.", metavar="USER_ID")
+]
+ID_ARGUMENT = {"ignore_unknown_options": True}
 
 
 def _settings():
@@ -64,6 +75,13 @@ def _progress(message: str) -> None:
     err.print(f"[dim]→ {message}[/dim]", highlight=False)
 
 
+def _refuse_non_empty_store(settings) -> None:
+    """``recs.datasets.refuse_non_empty_store`` on the live store, before any work."""
+    from recs.datasets import refuse_non_empty_store
+
+    refuse_non_empty_store(settings.live_store_url)
+
+
 @app.command("load-dataset")
 def load_dataset(
     name: Annotated[str, typer.Argument(help="slashdot, twitter-bofa or twitter-hershey.")],
@@ -74,7 +92,10 @@ def load_dataset(
     from recs.datasets import GENERATED_FIELDS
     from recs.datasets import load_dataset as _load
 
-    summary = _load(name, _settings(), replace=replace, progress=_progress)
+    settings = _settings()
+    if not replace:
+        _refuse_non_empty_store(settings)
+    summary = _load(name, settings, replace=replace, progress=_progress)
 
     def render(doc):
         err.print(
@@ -97,10 +118,13 @@ def generate_graph(
     """Generate a synthetic power-law follow graph into the live store."""
     from recs.synthetic import generate_graph as _generate
 
+    settings = _settings()
+    if not replace:
+        _refuse_non_empty_store(settings)
     summary = _generate(
         users,
         seed,
-        _settings(),
+        settings,
         avg_out_degree=avg_out_degree,
         replace=replace,
         progress=_progress,
@@ -199,12 +223,17 @@ def reconcile(
 @app.command("run")
 def run(
     snapshot_date: SnapshotDate,
-    run_id: Annotated[str | None, typer.Option("--run-id", help="Default cli__<date>.")] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help=f"Default cli__<date>; {RUN_ID_HELP}.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole nightly pipeline in this process (the DAG's functions, without Airflow)."""
     from recs.pipeline import run_all
+    from recs.runs import check_run_id
 
+    if run_id is not None:
+        check_run_id(run_id)  # refused, never rewritten: exit 2 before any stage starts
     settings = _settings()
     result = run_all(settings.home, snapshot_date, run_id, settings, progress=_progress)
 
@@ -280,11 +309,9 @@ def runs(as_json: JsonOpt = False) -> None:
     _emit({"versions": versions}, as_json, render)
 
 
-@app.command("recommend")
+@app.command("recommend", context_settings=ID_ARGUMENT)
 def recommend(
-    user_id: Annotated[
-        int, typer.Argument(help="The user to recommend for.", min=0, max=2**63 - 1)
-    ],
+    user_text: UserIdArg,
     limit: Annotated[
         int | None, typer.Option("--limit", help="Items to show (default api_default_limit).")
     ] = None,
@@ -293,7 +320,9 @@ def recommend(
     """One user's who-to-follow list through the read path the API serves (batch list checked
     against the live store, or cold start), with score, mutual count and followed-by."""
     from recs import serving
+    from recs.auth import parse_id
 
+    user_id = parse_id(user_text, "user id")
     settings = _settings()
     count = serving.parse_limit(limit, settings)
     store = serving.LiveStore(settings.live_store_url, timeout_ms=settings.api_store_timeout_ms)
@@ -367,24 +396,31 @@ def serve(
     _serve(settings, host=host, port=port, workers=workers, access_log=access_log)
 
 
-@app.command("token")
+@app.command("token", context_settings=ID_ARGUMENT)
 def token(
-    user_id: Annotated[
-        int, typer.Argument(help="The user the token speaks for (JWT sub).", min=0, max=2**63 - 1)
-    ],
+    user_text: UserIdArg,
     service: Annotated[
-        bool, typer.Option("--service", help="Service role: may read any user's list.")
+        bool,
+        typer.Option("--service", help="Service role: may read any user's list and /metrics."),
     ] = False,
     ttl: Annotated[
-        int | None, typer.Option("--ttl", min=1, help="Lifetime in seconds (api_token_ttl).")
+        int | None,
+        typer.Option(
+            "--ttl",
+            help="Lifetime in seconds, 1 .. 2592000 (30 days); default api_token_ttl_seconds.",
+        ),
     ] = None,
 ) -> None:
-    """Mint a bearer token for the read API from RECS_API_JWT_SECRET (local use and tests)."""
-    from recs.auth import mint_token, secret_of
+    """Mint a bearer token for the read API from RECS_API_JWT_SECRET (local use and tests).
+    The token's subject is USER_ID."""
+    from recs.auth import MAX_TTL_SECONDS, mint_token, parse_id, secret_of
 
+    user_id = parse_id(user_text, "user id")
+    if ttl is not None and not 1 <= ttl <= MAX_TTL_SECONDS:
+        raise RecsError(f"invalid --ttl {ttl}: expected 1 to {MAX_TTL_SECONDS:,} seconds (30 days)")
     settings = _settings()
     secret = secret_of(settings)
-    ttl_seconds = ttl or settings.api_token_ttl_seconds
+    ttl_seconds = settings.api_token_ttl_seconds if ttl is None else ttl
     sys.stdout.write(mint_token(secret, user_id, service=service, ttl_seconds=ttl_seconds) + "\n")
 
 

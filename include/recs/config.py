@@ -15,6 +15,9 @@ Defaults and their source:
 - ``eligibility_window_days`` 30: "users who were active in the last 30 days".
 - ``cold_start_account_age_hours`` 24, ``cold_start_min_following`` 5: its cold-start rule.
 - ``api_*``: the online read path (``recs serve``); ``api_jwt_secret`` has no default.
+- ``ingest_*``: event ingestion (``recs ingest``): the event_time window an event must fall in
+  (``ingest_max_future_seconds`` 3600 ahead of the ingesting machine's clock, not before
+  ``ingest_min_event_time`` 2000-01-01; the reasons are on the fields).
 - ``hub_in_degree_threshold``: the design uses 1,000,000 for 500 M users; ``None`` (default)
   scales it to the graph: the in-degree at the ``hub_quantile`` (99.9th percentile), at least
   ``hub_min_in_degree`` (100), so a 80 k-user graph still has a handful of hubs.
@@ -22,6 +25,7 @@ Defaults and their source:
 
 from __future__ import annotations
 
+import datetime as dt
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,6 +47,21 @@ class Settings(BaseSettings):
     store_url: str | None = Field(
         None,
         description="SQLAlchemy URL of the live graph store; default sqlite:///<home>/live.db.",
+    )
+    snapshot_store_url: str | None = Field(
+        None,
+        exclude=True,
+        description=(
+            "Where freeze_snapshot reads the live store: in production a PostgreSQL hot standby"
+            " of store_url, so the batch's read load never reaches the primary the write path"
+            " uses (the design's 'never blocked, throttled, or slowed'); default store_url."
+        ),
+    )
+    snapshot_standby_wait_seconds: float = Field(
+        300.0,
+        exclude=True,
+        ge=0,
+        description="How long freeze_snapshot waits for the standby to replay up to the primary.",
     )
     datasets_dir: Path = Field(
         Path(__file__).resolve().parents[3] / "shared" / "datasets",
@@ -98,7 +117,28 @@ class Settings(BaseSettings):
         2000, exclude=True, ge=0, description="SQLite busy timeout of the API's connections, ms."
     )
     api_token_ttl_seconds: int = Field(
-        3600, exclude=True, ge=1, description="Lifetime of `recs token`s."
+        3600,
+        exclude=True,
+        ge=1,
+        le=2_592_000,
+        description="Default lifetime of `recs token`s, s; at most 30 days "
+        "(recs.auth.MAX_TTL_SECONDS: an HS256 token cannot be revoked but by a new secret).",
+    )
+    api_max_body_bytes: int = Field(
+        16_384,
+        exclude=True,
+        ge=1,
+        le=64 * 1024 * 1024,
+        description="Largest request body the API reads, bytes (a dismissal is ~20): a larger "
+        "Content-Length, or a chunked body growing past it, is refused with 413 before it is "
+        "held in memory.",
+    )
+    api_metrics_public: bool = Field(
+        False,
+        exclude=True,
+        description="Serve /metrics without a token. Default: it needs a service-role bearer "
+        "token (Prometheus `authorization: {credentials_file: ...}`); /healthz and /readyz "
+        "are always open.",
     )
     api_cold_start_pool: int = Field(
         10_000,
@@ -107,6 +147,33 @@ class Settings(BaseSettings):
         description="Most-followed recommendable accounts a version keeps in memory as the "
         "cold-start fallback after the tag and global lists (then the live store is scanned).",
     )
+
+    # --- event ingestion (recs.ingest) -------------------------------------------------------
+    # Excluded from model_dump() like the api_* fields: they configure `recs ingest`, not a run.
+    ingest_max_future_seconds: float = Field(
+        3600.0,
+        exclude=True,
+        ge=0.0,
+        description="An event whose event_time is more than this many seconds after the "
+        "ingesting machine's clock is quarantined (RECS_INGEST_MAX_FUTURE_SECONDS). Why: last "
+        "writer wins by event_time per relationship, so one event from the future (a producer "
+        "whose clock says 9999) would win over every later event of its relationship forever. "
+        "An hour absorbs ordinary clock skew between producers and this machine.",
+    )
+    ingest_min_event_time: dt.datetime = Field(
+        dt.datetime(2000, 1, 1),
+        exclude=True,
+        description="Events dated before this (naive UTC; RECS_INGEST_MIN_EVENT_TIME) are "
+        "quarantined: the follow service produced none that old, so such a time is an unset "
+        "or zeroed clock (1970-01-01, 0001-01-01), not an event to order others by.",
+    )
+
+    @field_validator("ingest_min_event_time")
+    @classmethod
+    def _naive_utc(cls, value: dt.datetime) -> dt.datetime:
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value
 
     @field_validator("api_jwt_secret")
     @classmethod

@@ -818,23 +818,27 @@ def _use_sqlite_bulk_path(url: str) -> bool:
     return sqlite_file(url) is not None
 
 
-def _prepare_store(url: str, *, replace: bool) -> None:
-    """Create the schema (dropping it first if ``replace``); refuse a non-empty store."""
+def refuse_non_empty_store(url: str) -> None:
+    """Raise ``DatasetError`` if the live store at ``url`` already holds rows (the message
+    lists them and points to ``--replace``), or cannot be read. Only reads: a missing SQLite
+    file or missing tables count as empty, and nothing is created, so the CLI calls it before
+    minutes of loading or generating, and ``_prepare_store`` again before writing."""
+    from sqlalchemy import func, inspect, select
+
     path = sqlite_file(url)
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if path is not None and not Path(path).exists():
+        return
     engine = store.engine_for(url)
     try:
-        store.create_schema(engine, drop_existing=replace)
-        if replace:
-            return
-        from sqlalchemy import func, select
-
-        with engine.connect() as conn:
+        with engine.connect() as connection:
+            present = set(inspect(connection).get_table_names())
             counts = {
-                table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
+                table.name: connection.execute(select(func.count()).select_from(table)).scalar_one()
                 for table in store.tables_for(engine.dialect.name)
+                if table.name in present
             }
+    except Exception as error:  # noqa: BLE001 - unreachable store: one line, not a traceback
+        raise DatasetError(f"cannot read the live store: {error}".splitlines()[0]) from None
     finally:
         engine.dispose()
     if any(counts.values()):
@@ -843,6 +847,20 @@ def _prepare_store(url: str, *, replace: bool) -> None:
             f"the live store {_display_url(url)} is not empty ({held}): pass --replace "
             f"(replace=True) to drop and reload it"
         )
+
+
+def _prepare_store(url: str, *, replace: bool) -> None:
+    """Create the schema (dropping it first if ``replace``); refuse a non-empty store."""
+    path = sqlite_file(url)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = store.engine_for(url)
+    try:
+        store.create_schema(engine, drop_existing=replace)
+    finally:
+        engine.dispose()
+    if not replace:
+        refuse_non_empty_store(url)
 
 
 def _display_url(url: str) -> str:

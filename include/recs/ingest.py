@@ -7,10 +7,23 @@ line (row)::
     {"event_id": "e-17", "event_type": "follow", "event_time": "2026-11-01T08:30:00Z",
      "actor_id": 42, "target_id": 7}
 
-``event_id`` (string or integer, at most 128 characters), ``event_type``, ``event_time``
-(ISO-8601; ``Z``/offsets are converted to UTC, a time without an offset is taken as UTC) and
-``actor_id`` (integer >= 0) are required; ``target_id`` for every type but ``user_upsert``.
-Other keys are ignored. Blank lines are skipped (not counted).
+``event_id``, ``event_type``, ``event_time`` (ISO-8601; ``Z``/offsets are converted to UTC, a
+time without an offset is taken as UTC) and ``actor_id`` (integer >= 0) are required;
+``target_id`` for every type but ``user_upsert``. Other keys are ignored. Blank lines are skipped
+(not counted).
+
+``event_id`` is an opaque identifier: a string of 1 to 128 printable characters, compared byte
+for byte (``"007"`` and ``"7"`` are two ids). A JSON integer (a Parquet integer column) is taken
+as its decimal text, the way Kafka keys are bytes whatever produced them: ``7`` and ``"7"`` are
+the *same* event id, so the second one to arrive is a duplicate. An empty id, a float (even
+``7.0``), a boolean, an object or array, a longer id or one with a control character (NUL,
+tab, ...) is quarantined, each with its own reason.
+
+``event_time`` must fall in a sanity window (``time_window``; settings
+``ingest_min_event_time``, default 2000-01-01, and ``ingest_max_future_seconds``, default 3600):
+not before the lower bound (an unset or zeroed clock) and not more than that many seconds after
+the ingesting machine's clock. Last writer wins by ``event_time``, so an event dated in the far
+future (year 9999) would otherwise win over every later event of its relationship forever.
 
 Event types and what they do (actor -> target; the *relationship* each one belongs to):
 
@@ -60,8 +73,12 @@ Semantics (the follow-service design, ``../shared/design-docs/002_*``, and issue
   reason) and never stops the file: a line that is not a JSON object, an unknown type, a
   missing or empty field, a non-integer, negative or out-of-range id, a bad timestamp or user
   field, a self-relationship (self-follow, self-block, ...) and an event naming a user that does
-  not exist (yet: a ``user_upsert`` earlier in ``(event_time, event_id)`` order creates it). A
-  quarantined event is not recorded as seen: fixed and re-sent, it applies.
+  not exist (yet: a ``user_upsert`` earlier in ``(event_time, event_id)`` order creates it);
+  also a line nested too deep for the decoder (``malformed: JSON nested too deep``), an
+  ``event_time`` outside the window and, in Parquet, a value Python cannot represent (a
+  timestamp past year 9999: only that row). A quarantined event is not recorded as seen: fixed
+  and re-sent, it applies. A line longer than ``MAX_QUARANTINED_LINE_CHARS`` is stored cut to
+  that length (its reason says so).
 - Every run reports ``read = applied + duplicates + superseded + quarantined``, in total and per
   file (``IngestCounts``; also one ``ingested_files`` row per file).
 
@@ -91,6 +108,7 @@ import gzip
 import hashlib
 import json
 import logging
+import reprlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -116,7 +134,12 @@ SQLITE_CHECKPOINT_PAGES = 10_000
 SQLITE_CACHE_KIB = 256 * 1024
 """Page cache of the ingesting SQLite connection (KiB)."""
 MAX_EVENT_ID_LENGTH = 128
+"""The width of every ``event_id`` column of the store (``String(128)``)."""
 MAX_TAG_LENGTH = 64
+MAX_QUARANTINED_LINE_CHARS = 65_536
+"""A quarantined line longer than this is stored cut to its first this-many characters: an
+event line is ~150 bytes, and a runaway one (a 50 MB line, or past SQLite's and PostgreSQL's
+1 GB limit on one value, which would fail the batch) must not fill ``quarantined_events``."""
 MAX_ID = 2**63 - 1
 EVENT_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet")
 LANDING_DIR = "landing"
@@ -157,10 +180,74 @@ QUARANTINE_REASONS = (
 )
 """Reason codes: each quarantine reason is ``<code>: <detail>``."""
 
+NESTED_TOO_DEEP = "malformed: JSON nested too deep"
+
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
+_MIN_US = (dt.datetime.min - _EPOCH) // _US  # what a naive datetime can hold, as epoch µs
+_MAX_US = (dt.datetime.max - _EPOCH) // _US
 _ACCEPTING = ("follow_accept", "follow_reject")  # actor is the followee
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlevel = 3
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of an offending value for a quarantine reason: short (strings cut to ~80
+    characters, containers to 3 levels), so a 50 MB or deeply nested value cannot blow up the
+    reason (``repr`` of a 900-level list can itself exceed the recursion limit)."""
+    return _SHOWN.repr(value)
+
+
+class TimeWindow(NamedTuple):
+    """The ``event_time`` an event may have, as epoch microseconds (UTC), both ends inclusive:
+    ``lowest_us`` (``ingest_min_event_time``) to ``highest_us`` (``now_us`` +
+    ``ingest_max_future_seconds``); ``now_us`` is the ingesting machine's clock."""
+
+    lowest_us: int
+    highest_us: int
+    now_us: int
+
+
+def time_window(settings: Settings, now: dt.datetime | None = None) -> TimeWindow:
+    """The event_time window of an ingest run that starts at ``now`` (naive UTC, or aware; the
+    wall clock if None: ingestion is an online path, and the bound is about this machine's
+    clock). See ``Settings.ingest_max_future_seconds`` for why there is an upper bound."""
+    if now is None:
+        now = dt.datetime.now(dt.UTC)
+    now_us = _micros(now)
+    future_us = round(settings.ingest_max_future_seconds * 1_000_000)
+    return TimeWindow(_micros(settings.ingest_min_event_time), now_us + future_us, now_us)
+
+
+def _micros(moment: dt.datetime) -> int:
+    if moment.tzinfo is None:
+        return (moment - _EPOCH) // _US
+    return (moment - _EPOCH_UTC) // _US
+
+
+def _utc_text(time_us: int) -> str:
+    return _datetime(time_us).isoformat() + "Z"
+
+
+def _outside(time_us: int, window: TimeWindow, value: Any) -> Rejected:
+    """The quarantine reason of an event_time outside ``window`` (``value``: as given)."""
+    if not _MIN_US <= time_us <= _MAX_US:  # e.g. 0001-01-01T00:00:00+05:00, before year 1 UTC
+        return Rejected(f"bad_time: event_time is out of range: {_shown(value)}")
+    if time_us < window.lowest_us:
+        return Rejected(
+            f"bad_time: event_time {_utc_text(time_us)} is before {_utc_text(window.lowest_us)} "
+            "(ingest_min_event_time): no real event is that old (an unset or zeroed clock)"
+        )
+    ahead = (window.highest_us - window.now_us) / 1_000_000
+    return Rejected(
+        f"bad_time: event_time {_utc_text(time_us)} is more than {ahead:g} s after this "
+        f"machine's clock ({_utc_text(window.now_us)}; ingest_max_future_seconds): a future "
+        "event would win over every later event of its relationship"
+    )
 
 
 class IngestInputError(RecsError):
@@ -252,14 +339,23 @@ def parse_time(value: Any, name: str) -> int:
         try:
             moment = dt.datetime.fromisoformat(value)
         except ValueError:
-            raise Rejected(f"bad_time: {name} is not an ISO-8601 timestamp: {value!r}") from None
+            raise Rejected(
+                f"bad_time: {name} is not an ISO-8601 timestamp: {_shown(value)}"
+            ) from None
     elif isinstance(value, dt.datetime):
         moment = value
     else:
-        raise Rejected(f"bad_time: {name} is not an ISO-8601 timestamp: {value!r}")
-    if moment.tzinfo is None:
-        return (moment - _EPOCH) // _US
-    return (moment - _EPOCH_UTC) // _US
+        raise Rejected(f"bad_time: {name} is not an ISO-8601 timestamp: {_shown(value)}")
+    return _micros(moment)
+
+
+def _stored_time(value: Any, name: str) -> int:
+    """``parse_time`` of a user attribute the store keeps as a ``DateTime``: also within
+    years 1-9999 in UTC (``0001-01-01T00:00:00+05:00`` is not), else ``Rejected``."""
+    time_us = parse_time(value, name)
+    if not _MIN_US <= time_us <= _MAX_US:
+        raise Rejected(f"bad_time: {name} is out of range: {_shown(value)}")
+    return time_us
 
 
 def _user_id(record: dict[str, Any], name: str) -> int:
@@ -267,7 +363,7 @@ def _user_id(record: dict[str, Any], name: str) -> int:
     if value is None:
         raise Rejected(f"missing_field: {name}")
     if type(value) is not int:  # bool, float, "12": not an integer id
-        raise Rejected(f"bad_id: {name} is not an integer: {value!r}")
+        raise Rejected(f"bad_id: {name} is not an integer: {_shown(value)}")
     if value < 0:
         raise Rejected(f"bad_id: {name} is negative: {value}")
     if value > MAX_ID:
@@ -276,16 +372,50 @@ def _user_id(record: dict[str, Any], name: str) -> int:
 
 
 def _event_id(record: dict[str, Any]) -> str:
+    """The event id as its canonical text (see the module doc): a string as it is, an integer
+    as its decimal text. Raises ``Rejected`` with a reason of its own for each kind of bad id."""
     value = record.get("event_id")
-    if value is None or value == "":
+    if type(value) is str and 0 < len(value) <= MAX_EVENT_ID_LENGTH and value.isprintable():
+        return value  # the common case: one type check, one length, one C scan
+    if value is None:
         raise Rejected("missing_field: event_id")
     if type(value) is int:
-        return str(value)
-    if not isinstance(value, str):
-        raise Rejected(f"bad_field: event_id is neither a string nor an integer: {value!r}")
+        value = str(value)
+    elif type(value) is not str:
+        kind = (
+            "a boolean" if isinstance(value, bool)
+            else "a float" if isinstance(value, float)
+            else "an object" if isinstance(value, dict)
+            else "an array" if isinstance(value, list | tuple)
+            else None
+        )  # fmt: skip
+        if kind is None:  # a Parquet binary, decimal, timestamp, ...
+            raise Rejected(
+                f"bad_field: event_id is neither a string nor an integer: {_shown(value)}"
+            )
+        shown = f": {_shown(value)}" if kind in ("a boolean", "a float") else ""
+        raise Rejected(f"bad_field: event_id is {kind}, not a string or an integer{shown}")
+    if not value:
+        raise Rejected("bad_field: event_id is empty")
     if len(value) > MAX_EVENT_ID_LENGTH:
-        raise Rejected(f"bad_field: event_id is longer than {MAX_EVENT_ID_LENGTH} characters")
+        raise Rejected(
+            f"bad_field: event_id is longer than {MAX_EVENT_ID_LENGTH} characters ({len(value)})"
+        )
+    if not value.isprintable():
+        raise Rejected(
+            f"bad_field: event_id has a control or non-printable character: {_shown(value)}"
+        )
     return value
+
+
+def _quarantined_event_id(record: Any) -> str | None:
+    """The event id a quarantine row records: the canonical id if the line has a valid one."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return _event_id(record)
+    except Rejected:
+        return None
 
 
 def _user_fields(record: dict[str, Any]) -> dict[str, Any]:
@@ -298,38 +428,43 @@ def _user_fields(record: dict[str, Any]) -> dict[str, Any]:
         if name == "created_at":
             if value is None:
                 raise Rejected("bad_field: created_at is null")
-            fields[name] = parse_time(value, name)
+            fields[name] = _stored_time(value, name)
         elif name == "last_active_at":
-            fields[name] = None if value is None else parse_time(value, name)
+            fields[name] = None if value is None else _stored_time(value, name)
         elif name == "status":
             if value not in store.ACCOUNT_STATUSES:
                 raise Rejected(
                     f"bad_field: status must be one of {', '.join(store.ACCOUNT_STATUSES)}: "
-                    f"{value!r}"
+                    f"{_shown(value)}"
                 )
             fields[name] = value
         elif name in ("is_discoverable", "is_private"):
             if type(value) is not bool:
-                raise Rejected(f"bad_field: {name} is not a boolean: {value!r}")
+                raise Rejected(f"bad_field: {name} is not a boolean: {_shown(value)}")
             fields[name] = value
         else:  # interests
             if value is None:
                 value = []
             if not isinstance(value, list | tuple) or not all(
-                isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH for tag in value
+                isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH and tag.isprintable()
+                for tag in value
             ):
                 raise Rejected(
                     f"bad_field: interests is not a list of 1-{MAX_TAG_LENGTH} character "
-                    f"strings: {value!r}"
+                    f"printable strings: {_shown(value)}"
                 )
             fields[name] = tuple(sorted(set(value)))
     return fields
 
 
-def validate_event(record: Any, line_number: int, line: str | bytes | int) -> Event:
+def validate_event(
+    record: Any, line_number: int, line: str | bytes | int, window: TimeWindow | None = None
+) -> Event:
     """One decoded line (a JSON object or a Parquet row as a dict) as an ``Event``.
 
-    Raises ``Rejected`` whose message is the quarantine reason (``<code>: <detail>``, codes in
+    ``window``: the event_time window (``time_window``; None: the process settings' window
+    at the wall clock, computed per call, so pass one when validating many). Raises
+    ``Rejected`` whose message is the quarantine reason (``<code>: <detail>``, codes in
     ``QUARANTINE_REASONS``). Whether the users exist is checked when the event is applied.
     """
     if not isinstance(record, dict):
@@ -340,12 +475,18 @@ def validate_event(record: Any, line_number: int, line: str | bytes | int) -> Ev
     if not isinstance(event_type, str) or (
         event_type not in RELATION_OF and event_type != "user_upsert"
     ):
-        raise Rejected(f"unknown_type: {event_type!r}")
+        raise Rejected(f"unknown_type: {_shown(event_type)}")
     event_id = _event_id(record)
     raw_time = record.get("event_time")
     if raw_time is None or raw_time == "":
         raise Rejected("missing_field: event_time")
     time_us = parse_time(raw_time, "event_time")
+    if window is None:
+        from recs.config import get_settings
+
+        window = time_window(get_settings())
+    if time_us < window[0] or time_us > window[1]:
+        raise _outside(time_us, window, raw_time)
     actor_id = _user_id(record, "actor_id")
     if event_type == "user_upsert":
         return Event(
@@ -369,26 +510,38 @@ def line_text(line: str | bytes) -> str:
 
 
 def _validated(
-    record: Any, line_number: int, line: str | bytes | int, raw: str | bytes | None = None
+    record: Any,
+    line_number: int,
+    line: str | bytes | int,
+    raw: str | bytes | None,
+    window: TimeWindow,
 ) -> Event | Quarantined:
     """``validate_event``, or the ``Quarantined`` entry for the line (``raw``: its text when
     ``line`` is a byte offset)."""
     try:
-        return validate_event(record, line_number, line)
+        return validate_event(record, line_number, line, window)
     except Rejected as rejected:
-        event_id = record.get("event_id") if isinstance(record, dict) else None
-        return Quarantined(
-            line_number,
-            line_text(raw if raw is not None else line),
-            str(rejected),
-            None if event_id is None else str(event_id)[:MAX_EVENT_ID_LENGTH],
-        )
+        reason = str(rejected)
+    except RecursionError:  # a structure too deep to walk: never let it end the run
+        reason = NESTED_TOO_DEEP
+    return Quarantined(
+        line_number,
+        line_text(raw if raw is not None else line),
+        reason,
+        _quarantined_event_id(record),
+    )
 
 
-def _read_json_lines(path: Path, offsets: bool = False) -> Iterator[Event | Quarantined]:
+def _read_json_lines(
+    path: Path, window: TimeWindow, offsets: bool = False
+) -> Iterator[Event | Quarantined]:
     """msgspec decodes (and UTF-8-validates) each line: measured 5x faster than ``json.loads``
     here (0.2 s vs 1.0 s for 320 k event lines). With ``offsets`` an event's ``line`` is the
-    byte offset of its line (cheaper to send between processes), not the line itself."""
+    byte offset of its line (cheaper to send between processes), not the line itself.
+
+    msgspec recurses once per nesting level and raises ``RecursionError`` at Python's recursion
+    limit (~1,000 levels, fewer deep in a call stack): such a line is quarantined as
+    ``malformed: JSON nested too deep`` (an event nests 2 levels at most)."""
     import msgspec
 
     decode = msgspec.json.Decoder().decode
@@ -404,34 +557,91 @@ def _read_json_lines(path: Path, offsets: bool = False) -> Iterator[Event | Quar
                     continue  # a blank line
                 yield Quarantined(line_number, line_text(raw), f"malformed: {error}")
                 continue
-            yield _validated(record, line_number, start if offsets else raw, raw)
+            except RecursionError:
+                yield Quarantined(line_number, line_text(raw), NESTED_TOO_DEEP)
+                continue
+            yield _validated(record, line_number, start if offsets else raw, raw, window)
 
 
-def _read_parquet(path: Path) -> Iterator[Event | Quarantined]:
+def _parquet_rows(batch: Any) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """A record batch as dicts, and ``{row index: reason}`` for rows holding a value Python
+    cannot represent (a ``timestamp[s]`` past year 9999, an unknown time zone, ...): their
+    cell holds a placeholder. Converting the batch at once is the fast path; only if that
+    fails is each column, and in a failing column each cell, converted on its own."""
+    try:
+        return batch.to_pylist(), {}
+    except Exception:  # noqa: BLE001 - whatever pyarrow raises, find the rows and go on
+        pass
+    bad: dict[int, str] = {}
+    columns = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            columns[name] = column.to_pylist()
+            continue
+        except Exception:  # noqa: BLE001
+            pass
+        cells = []
+        for index in range(len(column)):
+            try:
+                cells.append(column[index].as_py())
+            except Exception as error:  # noqa: BLE001
+                detail = " ".join(str(error).split()) or type(error).__name__
+                cells.append(f"<{column.type} value Python cannot represent: {detail}>")
+                bad.setdefault(
+                    index, f"malformed: {name} ({column.type}) cannot be converted: {detail}"
+                )
+        columns[name] = cells
+    rows = [
+        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
+    ]
+    return rows, bad
+
+
+def _row_text(record: dict[str, Any]) -> str:
+    """A Parquet row as one JSON line (non-JSON values as ``str``), for the quarantine."""
+    try:
+        return json.dumps(record, default=str, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return _shown(record)
+
+
+def _read_parquet(path: Path, window: TimeWindow) -> Iterator[Event | Quarantined]:
     import pyarrow.parquet as pq
 
     line_number = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_EVENTS):
-        for record in batch.to_pylist():
+        rows, bad = _parquet_rows(batch)
+        for index, record in enumerate(rows):
             line_number += 1
             record = {key: value for key, value in record.items() if value is not None}
-            line = json.dumps(record, default=str, ensure_ascii=False)
-            yield _validated(record, line_number, line)
+            line = _row_text(record)
+            if index in bad:
+                yield Quarantined(line_number, line, bad[index], _quarantined_event_id(record))
+            else:
+                yield _validated(record, line_number, line, None, window)
 
 
-def read_events(path: Path, *, offsets: bool = False) -> Iterator[Event | Quarantined]:
-    """Every line (row) of one event file, validated, in file order.
+def read_events(
+    path: Path, window: TimeWindow, *, offsets: bool = False
+) -> Iterator[Event | Quarantined]:
+    """Every line (row) of one event file, validated against ``window`` (``time_window``), in
+    file order.
 
     A file that cannot be read (or stops being readable part-way) ends with one
     ``Quarantined`` entry at line number 0, reason ``unreadable_file: ...``. ``offsets``: see
     ``_read_json_lines`` (Parquet rows always carry their text).
     """
+    unreadable: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError)
     try:
         if _suffix(path) == ".parquet":
-            yield from _read_parquet(path)
+            import pyarrow
+
+            # ArrowNotImplementedError (an unsupported type) is no ValueError, for one.
+            unreadable = (*unreadable, pyarrow.ArrowException)
+            yield from _read_parquet(path, window)
         else:
-            yield from _read_json_lines(path, offsets)
-    except (OSError, EOFError, ValueError) as error:  # truncated gzip, corrupt Parquet, ...
+            yield from _read_json_lines(path, window, offsets)
+    except unreadable as error:  # truncated gzip, corrupt Parquet, ...
         detail = " ".join(str(error).split()) or type(error).__name__
         yield Quarantined(0, "", f"unreadable_file: {detail}"[:512])
 
@@ -1230,6 +1440,19 @@ def _storable(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
+def _quarantine_row(source: str, entry: Quarantined) -> tuple[Any, ...]:
+    """One ``quarantined_events`` row: reason at most 512 characters (the column), a line
+    longer than ``MAX_QUARANTINED_LINE_CHARS`` cut to that, and the reason saying so."""
+    line, reason = entry.line, entry.reason
+    if len(line) > MAX_QUARANTINED_LINE_CHARS:
+        note = (
+            f" (line cut to its first {MAX_QUARANTINED_LINE_CHARS:,} of {len(line):,} characters)"
+        )
+        reason = reason[: 512 - len(note)] + note
+        line = line[:MAX_QUARANTINED_LINE_CHARS]
+    return (source, entry.line_number, _storable(reason[:512]), _storable(line), entry.event_id)
+
+
 def write_quarantine(session: StoreSession, source: str, rows: Sequence[Quarantined]) -> None:
     """Upsert quarantine rows of ``source`` (a re-ingested file replaces its earlier rows)."""
     session.insert_rows(
@@ -1241,10 +1464,7 @@ def write_quarantine(session: StoreSession, source: str, rows: Sequence[Quaranti
             "line": "text",
             "event_id": "text",
         },
-        [
-            (source, q.line_number, _storable(q.reason[:512]), _storable(q.line), q.event_id)
-            for q in rows
-        ],
+        [_quarantine_row(source, entry) for entry in rows],
         conflict=("source", "line_number"),
     )
 
@@ -1352,15 +1572,27 @@ def apply_batch(
 
 
 def apply_events(
-    session: StoreSession, records: Sequence[dict[str, Any]], source: str = "<api>"
+    session: StoreSession,
+    records: Sequence[dict[str, Any]],
+    source: str = "<api>",
+    *,
+    now: dt.datetime | None = None,
+    settings: Settings | None = None,
 ) -> IngestCounts:
     """Validate and apply a few events (dicts as in a JSON line) in one transaction.
 
     The live write path: what ``bench/ingest.py`` times per follow/unfollow. Invalid events are
-    quarantined under ``source`` with their position (1-based) as the line number.
+    quarantined under ``source`` with their position (1-based) as the line number. The
+    event_time window is ``settings``' (default: the process settings) at ``now`` (default:
+    the wall clock).
     """
+    if settings is None:
+        from recs.config import get_settings
+
+        settings = get_settings()
+    window = time_window(settings, now)
     items = [
-        _validated(record, number, json.dumps(record, default=str))
+        _validated(record, number, _row_text(record), None, window)
         for number, record in enumerate(records, start=1)
     ]
     return apply_batch(session, items, source)
@@ -1381,10 +1613,10 @@ def _sha256(path: Path) -> str:
 
 
 def _batches(
-    path: Path, batch_events: int, backend: str, *, offsets: bool = False
+    path: Path, batch_events: int, backend: str, window: TimeWindow, *, offsets: bool = False
 ) -> Iterator[PreparedBatch]:
     pending: list[Event | Quarantined] = []
-    for item in read_events(path, offsets=offsets):
+    for item in read_events(path, window, offsets=offsets):
         pending.append(item)
         if len(pending) >= batch_events:
             yield prepare_batch(pending, backend)
@@ -1395,7 +1627,8 @@ def _batches(
 
 def parse_worker_main() -> None:
     """Entry point of the parser process (``_batches_from_worker``). ``argv``: path, batch size,
-    store backend and, to read ahead, the SQLite store URL. Writes one pickled ``("batch",
+    store backend, the ``TimeWindow`` (``lowest,highest,now`` in µs) and, to read ahead, the
+    SQLite store URL. Writes one pickled ``("batch",
     PreparedBatch, state)`` per batch to stdout, then ``("done", None, None)`` (or ``("error",
     message, None)``). With a URL, ``state`` is ``StoreSession.load_state`` of the batch, read
     on a read-only connection once the parent acknowledged (one byte on stdin) the batch
@@ -1407,10 +1640,12 @@ def parse_worker_main() -> None:
     gc.disable()  # short-lived and allocation-heavy: the cyclic collector only costs time
     out = sys.stdout.buffer
     path, batch_events, backend = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    url = sys.argv[4] if len(sys.argv) > 4 else ""
+    window = TimeWindow(*(int(bound) for bound in sys.argv[4].split(",")))
+    url = sys.argv[5] if len(sys.argv) > 5 else ""
     reader = StoreSession(url, read_only=True) if url else None
     try:
-        for number, prepared in enumerate(_batches(path, batch_events, backend, offsets=True)):
+        batches = _batches(path, batch_events, backend, window, offsets=True)
+        for number, prepared in enumerate(batches):
             state = None
             if reader is not None:
                 if number and sys.stdin.buffer.read(1) != b"1":
@@ -1446,7 +1681,7 @@ def parse_worker_main() -> None:
 
 
 def _batches_from_worker(
-    path: Path, batch_events: int, backend: str, read_ahead_url: str | None
+    path: Path, batch_events: int, backend: str, window: TimeWindow, read_ahead_url: str | None
 ) -> Iterator[tuple[PreparedBatch, dict[str, Any] | None]]:
     """``_batches`` computed by a parser process, so parsing (and, for SQLite, reading the
     next batch's state) runs on another core while this process applies the previous batch.
@@ -1466,6 +1701,7 @@ def _batches_from_worker(
             str(path),
             str(batch_events),
             backend,
+            ",".join(str(bound) for bound in window),
             *([read_ahead_url] if read_ahead_url else []),
         ],
         stdin=subprocess.PIPE,
@@ -1520,9 +1756,11 @@ def ingest_file(
     batch_events: int = BATCH_EVENTS,
     progress: ProgressCallback | None = None,
     parse_in_worker: bool | None = None,
+    window: TimeWindow | None = None,
 ) -> IngestCounts:
     """Apply every event of one file in batches of ``batch_events`` (one transaction each) and
-    record the file in ``ingested_files``. Returns the file's counts.
+    record the file in ``ingested_files``. Returns the file's counts. ``window``: the
+    event_time window (default: the process settings' at the wall clock, ``time_window``).
 
     Plain JSON Lines files of ``PARSE_WORKER_BYTES`` or more (or any plain JSON Lines file
     with ``parse_in_worker=True``) are parsed by a helper process, overlapping parsing with
@@ -1537,11 +1775,15 @@ def ingest_file(
     if parse_in_worker is None:
         parse_in_worker = plain_json and path.stat().st_size >= PARSE_WORKER_BYTES
     parse_in_worker = parse_in_worker and plain_json
+    if window is None:
+        from recs.config import get_settings
+
+        window = time_window(get_settings())
     if parse_in_worker:
         read_ahead = None if session.postgres else session.url
-        batches = _batches_from_worker(path, batch_events, session.backend, read_ahead)
+        batches = _batches_from_worker(path, batch_events, session.backend, window, read_ahead)
     else:
-        batches = ((batch, None) for batch in _batches(path, batch_events, session.backend))
+        batches = ((batch, None) for batch in _batches(path, batch_events, session.backend, window))
     line_at = _LineAt(path)
     for prepared, state in batches:
         prefetched = None
@@ -1587,8 +1829,14 @@ def ingest_paths(
     batch_events: int = BATCH_EVENTS,
     progress: ProgressCallback | None = None,
     parse_in_worker: bool | None = None,
+    now: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """Ingest event files (or folders of them) into ``settings.live_store_url``.
+
+    Event ids: opaque strings, a JSON integer taken as its decimal text (``7`` and ``"7"``
+    are one id; see the module doc). Events whose event_time is outside ``time_window
+    (settings, now)`` are quarantined; ``now`` (naive UTC) is this machine's clock at the start
+    of the run, read from the wall clock if None (tests pass one).
 
     Returns the run's counts (``IngestCounts.to_dict``: ``read, applied, duplicates,
     superseded, quarantined, balanced, effects, quarantine_reasons``) plus ``files`` (one entry
@@ -1599,6 +1847,7 @@ def ingest_paths(
     import gc
 
     files = event_files(paths)
+    window = time_window(settings, now)
     started = time.perf_counter()
     total = IngestCounts()
     per_file = []
@@ -1615,6 +1864,7 @@ def ingest_paths(
                 batch_events=batch_events,
                 progress=progress,
                 parse_in_worker=parse_in_worker,
+                window=window,
             )
             total.add(counts)
             per_file.append({"path": str(path), **counts.to_dict()})
@@ -1652,9 +1902,11 @@ def ingest_landing(
     files: Iterable[str | Path] | None = None,
     *,
     progress: ProgressCallback | None = None,
+    now: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """Ingest the landing folder's pending files (or the given ones), then move each into
     ``landing/ingested/`` (the ``recs_ingest_events`` DAG task and ``recs ingest --landing``).
+    ``now``: as in ``ingest_paths``.
 
     Files that vanished since they were listed (another run took them) are skipped. Rerunning
     after a crash is safe: a file not yet moved is ingested again, its applied events count as
@@ -1662,7 +1914,7 @@ def ingest_landing(
     """
     chosen = pending_files(settings) if files is None else [Path(f) for f in files]
     chosen = [path for path in chosen if path.is_file()]
-    result = ingest_paths(chosen, settings, progress=progress)
+    result = ingest_paths(chosen, settings, progress=progress, now=now)
     archive = landing_dir(settings) / INGESTED_DIR
     archive.mkdir(parents=True, exist_ok=True)
     archived = []

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,10 +105,49 @@ class LocalPostgres:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _run(command: list[str], run_as: str | None, timeout: float) -> subprocess.CompletedProcess:
+def _run(
+    command: list[str],
+    run_as: str | None,
+    timeout: float,
+    *,
+    cpu_idle: bool = False,
+    cpus: set[int] | None = None,
+) -> subprocess.CompletedProcess:
     if run_as:
         command = ["runuser", "-u", run_as, "--", *command]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=True)
+
+    def confine() -> None:  # in the child, before exec: inherited by everything it starts
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if cpu_idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+        preexec_fn=confine if cpu_idle or cpus else None,  # noqa: PLW1509 - no threads touched before exec
+    )
+
+
+def _bindir() -> Path:
+    bindir = find_bindir()
+    if bindir is None:
+        raise PostgresUnavailableError(
+            "no PostgreSQL server binaries found: install Debian's postgresql package "
+            "(`make test` does) or set RECS_PG_BINDIR"
+        )
+    return bindir
+
+
+def _new_server(bindir: Path) -> LocalPostgres:
+    run_as = SUPERUSER if os.geteuid() == 0 else None
+    root = Path(tempfile.mkdtemp(prefix="recs-postgres-"))
+    if run_as:
+        shutil.chown(root, user=run_as)
+    return LocalPostgres(root=root, port=_free_port(), bindir=bindir, run_as=run_as)
 
 
 def start(*, durable: bool = True, settings: dict[str, str] | None = None) -> LocalPostgres:
@@ -117,29 +157,17 @@ def start(*, durable: bool = True, settings: dict[str, str] | None = None) -> Lo
     extra ``-c name=value`` server settings. Raises ``PostgresUnavailableError`` when no server
     binaries are installed or the server fails to start (with the end of its log).
     """
-    bindir = find_bindir()
-    if bindir is None:
-        raise PostgresUnavailableError(
-            "no PostgreSQL server binaries found: install Debian's postgresql package "
-            "(`make test` does) or set RECS_PG_BINDIR"
-        )
-    run_as = SUPERUSER if os.geteuid() == 0 else None
-    root = Path(tempfile.mkdtemp(prefix="recs-postgres-"))
-    if run_as:
-        shutil.chown(root, user=run_as)
-    server = LocalPostgres(root=root, port=_free_port(), bindir=bindir, run_as=run_as)
+    server = _new_server(_bindir())
     options = {
-        "listen_addresses": "127.0.0.1",
-        "port": str(server.port),
-        "unix_socket_directories": str(root),
         "synchronous_commit": "off",
         **({} if durable else {"fsync": "off", "full_page_writes": "off"}),
         **(settings or {}),
     }
-    try:
+
+    def create() -> None:
         _run(
             [
-                str(bindir / "initdb"),
+                str(server.bindir / "initdb"),
                 "-D",
                 str(server.data_dir),
                 "-U",
@@ -151,29 +179,96 @@ def start(*, durable: bool = True, settings: dict[str, str] | None = None) -> Lo
                 "--locale=C",
                 "--no-sync",
             ],
-            run_as,
+            server.run_as,
             timeout=120,
         )
-        flags = " ".join(f"-c {name}={value}" for name, value in options.items())
+
+    return _launch(server, create, options)
+
+
+def start_standby(
+    primary: LocalPostgres,
+    *,
+    cpu_idle: bool = False,
+    cpus: set[int] | None = None,
+    settings: dict[str, str] | None = None,
+) -> LocalPostgres:
+    """A streaming-replication hot standby of ``primary``, on its own free port.
+
+    ``pg_basebackup --write-recovery-conf`` copies the primary (``trust`` authentication lets
+    the ``postgres`` role replicate from 127.0.0.1, initdb's default ``pg_hba.conf``), then the
+    copy starts in recovery and replays the primary's WAL as it streams (asynchronously: the
+    primary never waits for it). It serves read-only queries, ``REPEATABLE READ`` included,
+    which is how ``freeze_snapshot`` reads it (``Settings.snapshot_store_url``).
+    ``hot_standby_feedback = on``, so replay never cancels a long snapshot read (the primary
+    keeps the row versions the read still needs instead).
+
+    ``cpu_idle=True`` starts the server under the ``SCHED_IDLE`` CPU policy and ``cpus`` confines
+    it to those CPUs (both inherited by every backend it forks): on a benchmark box the two
+    together stand in for a standby on another host (``bench/ingest.py`` says why both are
+    needed). Raises ``PostgresUnavailableError`` as ``start``.
+    """
+    server = _new_server(primary.bindir)
+    options = {"hot_standby": "on", "hot_standby_feedback": "on", **(settings or {})}
+
+    def copy() -> None:
         _run(
             [
-                str(bindir / "pg_ctl"),
+                str(server.bindir / "pg_basebackup"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary.port),
+                "-U",
+                SUPERUSER,
                 "-D",
                 str(server.data_dir),
-                "-o",
-                flags,
-                "-l",
-                str(root / "server.log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
+                "--write-recovery-conf",
+                "--wal-method=stream",
+                "--checkpoint=fast",
+                "--no-sync",
             ],
-            run_as,
-            timeout=90,
+            server.run_as,
+            timeout=600,
         )
+
+    return _launch(server, copy, options, cpu_idle=cpu_idle, cpus=cpus)
+
+
+def _launch(
+    server: LocalPostgres,
+    create: Callable[[], None],
+    settings: dict[str, str],
+    *,
+    cpu_idle: bool = False,
+    cpus: set[int] | None = None,
+) -> LocalPostgres:
+    """Create the data folder with ``create``, start the server with ``settings``, wait."""
+    options = {
+        "listen_addresses": "127.0.0.1",
+        "port": str(server.port),
+        "unix_socket_directories": str(server.root),
+        **settings,
+    }
+    try:
+        create()
+        flags = " ".join(f"-c {name}={value}" for name, value in options.items())
+        command = [
+            str(server.bindir / "pg_ctl"),
+            "-D",
+            str(server.data_dir),
+            "-o",
+            flags,
+            "-l",
+            str(server.root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ]
+        _run(command, server.run_as, timeout=90, cpu_idle=cpu_idle, cpus=cpus)
     except (subprocess.SubprocessError, OSError) as error:
-        log_file = root / "server.log"
+        log_file = server.root / "server.log"
         tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
         detail = getattr(error, "stderr", "") or str(error)
         server.stop()

@@ -53,7 +53,7 @@ from recs.published import (
     current_version,
     version_manifest,
 )
-from recs.runs import RunPaths, safe_run_id
+from recs.runs import RunPaths, check_run_id
 from recs.validation import SUMMARY_FILE
 
 EXPORT_FILES = ("popularity_index.parquet", "candidate_profiles.parquet")
@@ -145,7 +145,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
         published_dir = Path(home_or_settings.published_dir)
     else:
         published_dir = Path(home_or_settings) / "published"
-    run_id = safe_run_id(run_id)
+    run_id = check_run_id(run_id)
     check_version(published_dir, run_id)
     with _publisher_lock(published_dir):
         check_version(published_dir, run_id)  # again, now that no publisher can interfere

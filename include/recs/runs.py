@@ -19,6 +19,10 @@ Layout of one run (``RunPaths``)::
         graph/                          build_graph: capped CSR, memory-mapped read-only
         shards/shard_id=NNN/recommendations.parquet + manifest.json
         validation/                     validate_run: GX results
+
+Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
+letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
+Airflow's ``:`` ``+`` ``~`` to ``_`` first (``run_id_from_airflow``).
 """
 
 from __future__ import annotations
@@ -28,9 +32,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from recs.errors import InvalidDateError, RunNotFoundError, ShardOutOfRangeError
+from recs.errors import InvalidDateError, RecsError, RunNotFoundError, ShardOutOfRangeError
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""What a run id may be (``fullmatch``), and it must not contain ``..``: one path segment,
+never hidden, never a parent reference, short enough for every filesystem."""
+RUN_ID_RULE = (
+    "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+    "without '..'"
+)
+_AIRFLOW_SEPARATORS = re.compile(r"[~:+]+")  # in Airflow's allowed_run_id_pattern, not in ours
+
+
+class InvalidRunIdError(RecsError):
+    """A run id outside ``RUN_ID_PATTERN`` (exit 2; the message names the rule)."""
 
 
 def parse_snapshot_date(value: str | dt.date) -> dt.date:
@@ -47,12 +62,25 @@ def parse_snapshot_date(value: str | dt.date) -> dt.date:
         ) from None
 
 
-def safe_run_id(run_id: str) -> str:
-    """A run id usable as one path segment (Airflow's ids contain ``:`` and ``+``)."""
-    cleaned = _UNSAFE.sub("_", run_id).strip("._")
-    if not cleaned:
-        raise RunNotFoundError(f"invalid run id {run_id!r}")
-    return cleaned
+def check_run_id(run_id: str) -> str:
+    """``run_id`` itself if it matches ``RUN_ID_PATTERN`` and holds no ``..``; otherwise
+    ``InvalidRunIdError`` naming the rule. Never rewrites: ``../../x`` is refused, not turned
+    into ``x``, and ``""`` is refused, not taken as "the default"."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
+        raise InvalidRunIdError(f"invalid run id {run_id!r}: {RUN_ID_RULE}")
+    return run_id
+
+
+def run_id_from_airflow(dag_run_id: str) -> str:
+    """The run id of an Airflow DAG run: its ``~``, ``:`` and ``+`` (allowed by Airflow's
+    ``[scheduler] allowed_run_id_pattern``, not by ours) become ``_``, so
+    ``scheduled__2026-11-01T01:00:00+00:00`` runs in ``scheduled__2026-11-01T01_00_00_00_00``;
+    the result must then pass ``check_run_id``. Raises ``InvalidRunIdError`` quoting the
+    Airflow id (e.g. a manual run triggered as ``..`` or with a 70-character id)."""
+    mapped = _AIRFLOW_SEPARATORS.sub("_", str(dag_run_id))
+    if not RUN_ID_PATTERN.fullmatch(mapped) or ".." in mapped:
+        raise InvalidRunIdError(f"invalid run id {dag_run_id!r}: {RUN_ID_RULE}")
+    return mapped
 
 
 def default_run_id(snapshot_date: dt.date) -> str:
@@ -75,19 +103,22 @@ class RunPaths:
 
     @classmethod
     def create(cls, home: Path, snapshot_date: str | dt.date, run_id: str | None) -> RunPaths:
+        """The paths of a run; ``run_id`` None means ``default_run_id``. Raises
+        ``InvalidDateError`` or ``InvalidRunIdError`` (``check_run_id``)."""
         day = parse_snapshot_date(snapshot_date)
-        return cls(Path(home), day, safe_run_id(run_id or default_run_id(day)))
+        return cls(Path(home), day, default_run_id(day) if run_id is None else check_run_id(run_id))
 
     @classmethod
     def find(cls, home: Path, snapshot_date: str | dt.date, run_id: str | None = None) -> RunPaths:
         """An existing run of that date: the given run id, or the only/newest one there.
 
-        Raises ``RunNotFoundError`` if no snapshot exists for it.
+        Raises ``RunNotFoundError`` if no snapshot exists for it, ``InvalidRunIdError`` for a
+        run id outside ``RUN_ID_PATTERN``.
         """
         day = parse_snapshot_date(snapshot_date)
         date_dir = Path(home) / "runs" / day.isoformat()
         if run_id is not None:
-            paths = cls(Path(home), day, safe_run_id(run_id))
+            paths = cls(Path(home), day, check_run_id(run_id))
         else:
             candidates = sorted(
                 (p for p in date_dir.glob("*/snapshot/manifest.json")),

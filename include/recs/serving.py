@@ -153,27 +153,7 @@ def wall_clock() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-# --- parsing of request values (shared by the API and the CLI) ---------------------------------
-def parse_id(text: str | int, what: str = "user id") -> int:
-    """A non-negative 64-bit id from text; ``InvalidRequestError`` (400) otherwise."""
-    if isinstance(text, bool):
-        raise InvalidRequestError(f"invalid {what} {text!r}: expected a non-negative integer")
-    if isinstance(text, int):
-        value = text
-    else:
-        stripped = str(text).strip()
-        if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 19:
-            raise InvalidRequestError(
-                f"invalid {what} {text!r}: expected a non-negative integer below 2**63"
-            )
-        value = int(stripped)
-    if not 0 <= value <= MAX_ID:
-        raise InvalidRequestError(
-            f"invalid {what} {text!r}: expected a non-negative integer below 2**63"
-        )
-    return value
-
-
+# --- parsing of request values (ids: recs.auth.parse_id) ----------------------------------------
 def parse_limit(text: str | int | None, settings: Settings) -> int:
     """``?limit=`` as an int in ``1 .. api_max_limit`` (default ``api_default_limit``)."""
     if text is None or text == "":
@@ -462,18 +442,70 @@ class LiveStore:
         return [other for (other,) in rows]
 
     # -- writes --
+    # A dismissal is a relationship of ``recs.ingest`` (user -> candidate, relation "dismiss"):
+    # it keeps the (time, id) of the last write applied to it, on its row or, once deleted, as
+    # a ``relationship_tombstones`` row, and ingestion supersedes any event not newer than
+    # that. An API write is such an event: a dismiss or undismiss at the request's clock time,
+    # with event id ``API_EVENT_IDS[kind]``. It is ordered after the version it replaces: if
+    # that version is not older than the request's time (an upstream producer's clock ahead
+    # of ours, by at most ``ingest_max_future_seconds``), the write takes that time + 1 µs,
+    # so the user's action always takes effect and a later-arriving older event cannot undo it.
+
+    def _begin_relationship_write(self, cursor: Any) -> None:
+        """Begin the transaction the way an ingest batch does, so this read-modify-write of a
+        dismissal's version never interleaves with one: SQLite ``BEGIN IMMEDIATE`` (waits up to
+        the busy timeout), PostgreSQL ingestion's transaction-scoped advisory lock (waits up to
+        ``lock_timeout`` = the same timeout; an ingest batch of 20 k events holds either for up
+        to about a second). Past the timeout: ``StoreUnavailableError`` (503)."""
+        from recs.ingest import ADVISORY_LOCK_KEY  # recs.ingest imports SQLAlchemy: not at import
+
+        if self._engine.dialect.name == "sqlite":
+            cursor.execute("BEGIN IMMEDIATE")
+        else:
+            cursor.execute(f"SET LOCAL lock_timeout = {int(self._timeout_ms)}")
+            cursor.execute(f"SELECT pg_advisory_xact_lock({self._ph})", (ADVISORY_LOCK_KEY,))
+
+    def _dismissal_version(
+        self, cursor: Any, user_id: int, candidate_id: int
+    ) -> tuple[Any, tuple[int, str] | None]:
+        """``(dismissed_at or None if no row, version)`` as ingestion reads them: the row's
+        ``(event_time_us, event_id)`` (None for a row without one) or, with no row, the
+        tombstone's (None if there is none)."""
+        p = self._ph
+        cursor.execute(
+            "SELECT dismissed_at, event_time_us, event_id FROM dismissed_candidates "
+            f"WHERE user_id = {p} AND candidate_id = {p}",
+            (user_id, candidate_id),
+        )
+        row = cursor.fetchone()
+        if row is not None:
+            return row[0], None if row[1] is None else (row[1], row[2])
+        cursor.execute(
+            "SELECT event_time_us, event_id FROM relationship_tombstones "
+            f"WHERE relation = 'dismiss' AND source_id = {p} AND target_id = {p}",
+            (user_id, candidate_id),
+        )
+        tombstone = cursor.fetchone()
+        return None, None if tombstone is None else (tombstone[0], tombstone[1])
+
     def add_dismissal(
         self, user_id: int, candidate_id: int, at: dt.datetime
     ) -> tuple[bool, dt.datetime]:
-        """Record that ``user_id`` dismissed ``candidate_id`` (idempotent); committed before
-        returning. Returns ``(created, dismissed_at)`` -- ``created`` False if it was already
-        there (its original time is returned). Raises ``UnknownUserError`` if either account
-        does not exist, ``StoreUnavailableError`` if the write fails."""
+        """Record that ``user_id`` dismissed ``candidate_id`` at ``at`` (naive UTC; the
+        request's clock), as a ``dismiss`` event ``api:dismiss`` of the relationship (see
+        above): committed before returning, with the row's version, in one transaction
+        serialised with ingestion. Idempotent: returns ``(created, dismissed_at)`` --
+        ``created`` False if it was already there (its original time is returned; its version
+        moves to this request, as an ingested dismiss of an existing dismissal does). Raises
+        ``UnknownUserError`` if either account does not exist, ``StoreUnavailableError`` if
+        the write fails or waits longer than the timeout."""
         p = self._ph
+        event_id = API_EVENT_IDS["dismiss"]
         with self._unavailable_on_error("add_dismissal"):
             connection = self._connection()
             cursor = connection.cursor()
             try:
+                self._begin_relationship_write(cursor)
                 cursor.execute(
                     f"SELECT user_id FROM users WHERE user_id IN ({p}, {p})",
                     (user_id, candidate_id),
@@ -483,35 +515,63 @@ class LiveStore:
                     if who not in present:
                         connection.rollback()
                         raise UnknownUserError(f"unknown {label} {who}: not in the live store")
-                cursor.execute(
-                    "INSERT INTO dismissed_candidates (user_id, candidate_id, dismissed_at) "
-                    f"VALUES ({p}, {p}, {p}) ON CONFLICT (user_id, candidate_id) DO NOTHING",
-                    (user_id, candidate_id, self._bind_timestamp(at)),
-                )
-                created = cursor.rowcount == 1
-                cursor.execute(
-                    "SELECT dismissed_at FROM dismissed_candidates "
-                    f"WHERE user_id = {p} AND candidate_id = {p}",
-                    (user_id, candidate_id),
-                )
-                (dismissed_at,) = cursor.fetchone()
+                dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
+                time_us = _after(_epoch_micros(at), event_id, version)
+                created = dismissed_at is None
+                if created:
+                    dismissed_at = self._bind_timestamp(at)
+                    # ON CONFLICT: a writer outside the lock (a loader, psql) cannot make this fail.
+                    cursor.execute(
+                        "INSERT INTO dismissed_candidates (user_id, candidate_id, dismissed_at, "
+                        f"event_time_us, event_id) VALUES ({p}, {p}, {p}, {p}, {p}) "
+                        "ON CONFLICT (user_id, candidate_id) DO UPDATE SET "
+                        "event_time_us = excluded.event_time_us, event_id = excluded.event_id",
+                        (user_id, candidate_id, dismissed_at, time_us, event_id),
+                    )
+                else:
+                    cursor.execute(
+                        f"UPDATE dismissed_candidates SET event_time_us = {p}, event_id = {p} "
+                        f"WHERE user_id = {p} AND candidate_id = {p}",
+                        (time_us, event_id, user_id, candidate_id),
+                    )
                 connection.commit()
             finally:
                 cursor.close()
         return created, self._timestamp(dismissed_at)
 
-    def remove_dismissal(self, user_id: int, candidate_id: int) -> bool:
-        """Delete the dismissal; True if there was one. Raises ``StoreUnavailableError``."""
+    def remove_dismissal(
+        self, user_id: int, candidate_id: int, at: dt.datetime | None = None
+    ) -> bool:
+        """Undo the dismissal at ``at`` (naive UTC; default the wall clock), as an
+        ``undismiss`` event ``api:undismiss`` of the relationship (see above): the row is
+        deleted and the version kept as a tombstone, in one transaction serialised with
+        ingestion. True if there was a row. With none, the undismissal is recorded all the same
+        (as an ingested undismiss of nothing is), so a dismiss older than this request that
+        arrives later stays superseded. Raises ``StoreUnavailableError``."""
         p = self._ph
+        event_id = API_EVENT_IDS["undismiss"]
+        at = wall_clock() if at is None else at
         with self._unavailable_on_error("remove_dismissal"):
             connection = self._connection()
             cursor = connection.cursor()
             try:
+                self._begin_relationship_write(cursor)
+                dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
+                time_us = _after(_epoch_micros(at), event_id, version)
+                removed = dismissed_at is not None
+                if removed:
+                    cursor.execute(
+                        "DELETE FROM dismissed_candidates "
+                        f"WHERE user_id = {p} AND candidate_id = {p}",
+                        (user_id, candidate_id),
+                    )
                 cursor.execute(
-                    f"DELETE FROM dismissed_candidates WHERE user_id = {p} AND candidate_id = {p}",
-                    (user_id, candidate_id),
+                    "INSERT INTO relationship_tombstones (relation, source_id, target_id, "
+                    f"event_time_us, event_id) VALUES ('dismiss', {p}, {p}, {p}, {p}) "
+                    "ON CONFLICT (relation, source_id, target_id) DO UPDATE SET "
+                    "event_time_us = excluded.event_time_us, event_id = excluded.event_id",
+                    (user_id, candidate_id, time_us, event_id),
                 )
-                removed = cursor.rowcount > 0
                 connection.commit()
             finally:
                 cursor.close()
@@ -536,6 +596,26 @@ class LiveStore:
                 pass
         self._local = threading.local()
         self._engine.dispose()
+
+
+API_EVENT_IDS = {"dismiss": "api:dismiss", "undismiss": "api:undismiss"}
+"""The event id of a dismissal write made through the API, as the relationship version records
+it (ties at the same microsecond are ordered by event id, as in ``recs.ingest``)."""
+
+
+def _epoch_micros(moment: dt.datetime) -> int:
+    """Naive UTC (or aware) ``moment`` as epoch microseconds, the unit of ingestion's versions."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
+    return (moment - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+
+
+def _after(time_us: int, event_id: str, version: tuple[int, str] | None) -> int:
+    """The time of an API write at ``time_us``: itself, or 1 µs after ``version`` if that is
+    not older (``(time, id)`` order, as ingestion compares), so the write supersedes it."""
+    if version is not None and (time_us, event_id) <= tuple(version):
+        return version[0] + 1
+    return time_us
 
 
 def _one_line(error: BaseException) -> str:
@@ -1107,7 +1187,9 @@ def record_dismissal(
 ) -> dict[str, Any]:
     """Record that ``user_id`` dismissed ``candidate_id`` at ``now`` (naive UTC), committed
     before returning: from then on the candidate is dropped on every read path (the read-time
-    check) and by every later batch (the snapshot's exclusions).
+    check) and by every later batch (the snapshot's exclusions). It is a dismiss event at
+    ``now`` for ingestion's last-writer-wins (``LiveStore.add_dismissal``): an ingested
+    undismiss older than it is superseded.
 
     Returns ``{"user_id", "candidate_id", "dismissed_at" (ISO, Z), "created"}``; ``created``
     False if it was already dismissed. Raises ``InvalidRequestError`` for dismissing oneself,
@@ -1124,12 +1206,16 @@ def record_dismissal(
     }
 
 
-def remove_dismissal(store: LiveStore, user_id: int, candidate_id: int) -> None:
-    """Undo a dismissal. Raises ``DismissalNotFoundError`` if there was none,
+def remove_dismissal(
+    store: LiveStore, user_id: int, candidate_id: int, now: dt.datetime | None = None
+) -> None:
+    """Undo a dismissal at ``now`` (naive UTC; default the wall clock): an undismiss event
+    for ingestion's last-writer-wins (``LiveStore.remove_dismissal``). Raises
+    ``DismissalNotFoundError`` if there was none (the undismissal is still recorded),
     ``StoreUnavailableError`` if the store failed."""
     from recs.errors import DismissalNotFoundError
 
-    if not store.remove_dismissal(user_id, candidate_id):
+    if not store.remove_dismissal(user_id, candidate_id, now):
         raise DismissalNotFoundError(f"user {user_id} has not dismissed {candidate_id}")
 
 

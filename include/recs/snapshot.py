@@ -135,6 +135,80 @@ def _is_postgres(url: str) -> bool:
     return url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
 
 
+STANDBY_POLL_SECONDS = 0.05
+"""How often ``wait_for_standby`` asks the standby how far it has replayed."""
+
+
+def wait_for_standby(primary_url: str, standby_url: str, timeout_seconds: float) -> dict[str, Any]:
+    """Wait until the PostgreSQL hot standby at ``standby_url`` has replayed everything the
+    primary at ``primary_url`` had written when this was called (its WAL insert position,
+    ``pg_current_wal_insert_lsn()``), so a snapshot read from the standby includes every
+    follow committed on the primary before the freeze started, as a read of the primary would.
+
+    Replication is asynchronous: the primary never waits for the standby, and the standby
+    trails it by the WAL not yet streamed and replayed (milliseconds when healthy). Only the
+    primary's WAL position is read from it (one trivial query); every table read goes to the
+    standby. Returns ``{"target_lsn", "replayed_lsn", "waited_seconds"}`` (seconds of wall
+    time). If the URL is not a standby (``pg_is_in_recovery()`` false: e.g. a logical
+    replica) nothing is awaited and ``replayed_lsn`` is None.
+
+    Raises ``LiveStoreError`` if either server cannot be reached, if ``primary_url`` is itself
+    a standby, or if the standby has not caught up within ``timeout_seconds`` (replication
+    stopped or far behind: the message gives both positions and where to look).
+    """
+    import psycopg
+
+    def connect(url: str, role: str) -> psycopg.Connection:
+        try:
+            return psycopg.connect(store.libpq_url(url), autocommit=True, connect_timeout=10)
+        except psycopg.Error as error:
+            message = " ".join(str(error).split())
+            raise LiveStoreError(
+                f"cannot connect to the {role} {_display_url(url)}: {message}"
+            ) from None
+
+    started = time.monotonic()
+    with connect(primary_url, "live store") as primary:
+        in_recovery, target = primary.execute(
+            "SELECT pg_is_in_recovery(), "
+            "CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_insert_lsn() END"
+        ).fetchone()
+    if in_recovery:
+        raise LiveStoreError(
+            f"store_url {_display_url(primary_url)} is a standby: it must name the primary "
+            "the write path uses (snapshot_store_url names the standby)"
+        )
+    with connect(standby_url, "snapshot standby") as standby:
+        while True:
+            in_recovery, replayed, caught_up = standby.execute(
+                "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn(), "
+                "pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                (str(target),),
+            ).fetchone()
+            if not in_recovery:
+                log.warning(
+                    "snapshot_store_url %s is not a standby: not waiting for replay",
+                    _display_url(standby_url),
+                )
+                replayed = None
+                break
+            if caught_up:
+                break
+            waited = time.monotonic() - started
+            if waited > timeout_seconds:
+                raise LiveStoreError(
+                    f"snapshot standby {_display_url(standby_url)} has replayed up to {replayed}"
+                    f", behind the primary's {target} at the freeze, after {waited:.0f} s "
+                    "(snapshot_standby_wait_seconds): check pg_stat_replication on the primary"
+                )
+            time.sleep(STANDBY_POLL_SECONDS)
+    return {
+        "target_lsn": str(target),
+        "replayed_lsn": None if replayed is None else str(replayed),
+        "waited_seconds": round(time.monotonic() - started, 3),
+    }
+
+
 def _missing_tables_message(where: str, missing: list[str]) -> str:
     return (
         f"the live store {where} has no table {', '.join(missing)}: load data first "
@@ -536,12 +610,24 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     ``Settings.model_validate`` turns back into equal settings: ``pipeline.run_settings``).
     The manifest holds no timings, so a rerun writes identical bytes.
 
+    Reads ``settings.snapshot_store_url`` when set (a hot standby of the PostgreSQL primary
+    ``store_url``: the batch's read load then never reaches the primary the write path uses),
+    after ``wait_for_standby`` has seen it replay everything the primary had written when the
+    freeze started; else ``store_url``.
+
     Replaces a previous snapshot of the same run. Returns ``snapshot_dir``, ``manifest``
     (str paths), ``row_counts``, ``shard_count``, ``seconds``, ``read_seconds``,
-    ``write_seconds``. Raises ``LiveStoreError`` if the store is missing or lacks a table.
+    ``write_seconds``, ``standby`` (``wait_for_standby``'s result, or None). Raises
+    ``LiveStoreError`` if the store is missing or lacks a table, or the standby lags.
     """
     started = time.perf_counter()
-    url = settings.live_store_url
+    url = settings.snapshot_store_url or settings.live_store_url
+    standby = None
+    if url != settings.live_store_url and _is_postgres(url):
+        standby = wait_for_standby(
+            settings.live_store_url, url, settings.snapshot_standby_wait_seconds
+        )
+        log.info("snapshot standby caught up with the primary: %s", standby)
     frames: dict[str, pl.DataFrame] = {}
     with open_reader(url) as reader:
         backend = reader.backend
@@ -574,7 +660,11 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "run_id": paths.run_id,
         "as_of": paths.as_of.isoformat(),
         "shard_count": settings.shard_count,
-        "store": {"backend": backend, "url": _display_url(url)},
+        "store": {
+            "backend": backend,
+            "url": _display_url(settings.live_store_url),
+            "read_from": "standby" if url != settings.live_store_url else "store",
+        },
         "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
         "row_counts": row_counts,
         "follow_edges_by_status": by_status,
@@ -604,4 +694,5 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "read_seconds": round(read_seconds, 3),
         "write_seconds": round(write_seconds, 3),
+        "standby": standby,
     }

@@ -23,6 +23,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -287,3 +292,28 @@ def client(world):
 def candidates(response) -> list[int]:
     assert response.status_code == 200, response.text
     return [item["candidate_id"] for item in response.json()["items"]]
+
+
+@contextmanager
+def running_server(app) -> Iterator[int]:
+    """A real uvicorn server for ``app`` on a free loopback port (yielded), in a thread;
+    stopped on exit."""
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -109,7 +109,10 @@ def test_auth_comes_before_validation(client):
     assert client.get(WTF.format("abc")).status_code == 401
 
 
-BAD_ID = "expected a non-negative integer below 2**63"
+BAD_ID = (
+    "expected a non-negative integer below 2**63 in plain decimal (no sign, spaces or "
+    "leading zeros)"
+)
 BAD_LIMIT = "expected an integer between 1 and 100"
 BAD_BODY = 'invalid request body: expected JSON like {"candidate_id": 123}'
 

@@ -49,7 +49,7 @@ def test_metrics_latency_by_path_and_source_and_drops_by_reason(client, world):
     assert _sample(dropped, source="batch", reason="muted") == before["muted"] + 1
     assert _sample(dropped, source="cold_start", reason="self") == before["self"] + 1
     assert _sample("recs_api_cold_start_total", reason="new_account") == before["new"] + 1
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=bearer(0, service=True)).text
     assert (
         f'recs_api_request_duration_seconds_bucket{{le="0.01",path="{ROUTE}",source="batch"}}'
         in (text)

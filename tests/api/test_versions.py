@@ -6,12 +6,11 @@ response mixing two versions would show it), ``night_1`` is the fixture's 20..24
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import httpx
-from api_fixtures import NOW, bearer, candidates, point_current
+from api_fixtures import NOW, bearer, candidates, point_current, running_server
 from prometheus_client import REGISTRY
 
 from recs.serving import VersionCache
@@ -25,32 +24,17 @@ def test_swap_under_concurrent_reads(world):
     """A real uvicorn server (watcher every 10 ms) and 4 reader threads while CURRENT flips
     between va and vb every 15 ms for ~1.5 s: every response is 200 and exactly the list of
     the run_id it names; both versions are seen."""
-    import uvicorn
-
     from recs.api import create_app
 
     world.write_version("va", VA)
     world.write_version("vb", VB, current=False)
     app = create_app(world.settings, clock=lambda: NOW)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-
     stop = threading.Event()
     failures: list[str] = []
     seen: dict[str, int] = {"va": 0, "vb": 0}
     lock = threading.Lock()
 
-    def reader():
+    def reader(port: int) -> None:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=bearer(1)) as http:
             for _ in range(2000):  # bounded; normally stopped by the flag first
                 if stop.is_set():
@@ -66,19 +50,18 @@ def test_swap_under_concurrent_reads(world):
                 with lock:
                     seen[body["run_id"]] += 1
 
-    readers = [threading.Thread(target=reader) for _ in range(4)]
-    for each in readers:
-        each.start()
-    try:
-        for flip in range(100):
-            point_current(world.published, "vb" if flip % 2 == 0 else "va")
-            time.sleep(0.015)
-    finally:
-        stop.set()
+    with running_server(app) as port:
+        readers = [threading.Thread(target=reader, args=(port,)) for _ in range(4)]
         for each in readers:
-            each.join(timeout=30)
-        server.should_exit = True
-        thread.join(timeout=30)
+            each.start()
+        try:
+            for flip in range(100):
+                point_current(world.published, "vb" if flip % 2 == 0 else "va")
+                time.sleep(0.015)
+        finally:
+            stop.set()
+            for each in readers:
+                each.join(timeout=30)
     assert failures == []
     assert seen["va"] > 0 and seen["vb"] > 0, seen
     assert sum(seen.values()) > 100

@@ -94,3 +94,50 @@ def test_snapshot_and_published_table_are_assets(dag):
     }
     assert outlets["freeze_snapshot"] == [SNAPSHOT_ASSET_URI]
     assert outlets["publish_run"] == [PUBLISHED_ASSET_URI]
+
+
+def _dag_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nightly_dag_file", DAGS_DIR / f"{DAG_ID}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_invalid_run_id_fails_the_first_task_without_retries(monkeypatch, tmp_path):
+    """A run triggered as ``../../x`` (or ``..``, or 70 characters): freeze_snapshot's first
+    step raises AirflowFailException (no retry can fix a run id) with the CLI's one-line
+    message; Airflow's own ids keep their folder names (``:`` and ``+`` → ``_``)."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from recs.config import get_settings
+
+    module = _dag_module()
+    monkeypatch.setenv("RECS_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    logical = dt.datetime(2026, 11, 1, 1, tzinfo=dt.UTC)
+
+    def context_for(run_id):
+        dag_run = SimpleNamespace(run_id=run_id, run_after=logical)
+        return lambda: {"dag_run": dag_run, "logical_date": logical}
+
+    try:
+        for bad in ("../../x", "..", "r" * 70):
+            monkeypatch.setattr(module, "get_current_context", context_for(bad))
+            with pytest.raises(AirflowFailException) as raised:
+                module._run_ref()
+            assert str(raised.value).startswith(f"invalid run id {bad!r}"), raised.value
+            assert "run ids are 1 to 64 characters" in str(raised.value)
+        good = "scheduled__2026-11-01T01:00:00+00:00"
+        monkeypatch.setattr(module, "get_current_context", context_for(good))
+        assert module._run_ref() == {
+            "home": str(tmp_path),
+            "snapshot_date": "2026-11-01",
+            "run_id": "scheduled__2026-11-01T01_00_00_00_00",
+        }
+    finally:
+        get_settings.cache_clear()

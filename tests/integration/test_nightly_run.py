@@ -264,7 +264,7 @@ def test_poisoned_run_fails_the_gate_and_current_stays(demo, monkeypatch):
         ),
         (["shard", "run", "--snapshot-date", DATE, "--shard", "16"], "out of range"),
         (["shard", "run", "--snapshot-date", "2020-01-01", "--shard", "1"], "no snapshot"),
-        (["recommend", "abc"], "valid integer"),
+        (["recommend", "abc"], "invalid user id 'abc'"),
     ],
 )
 def test_bad_arguments_exit_nonzero_with_one_line(demo, args, needle):

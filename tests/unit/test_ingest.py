@@ -663,3 +663,256 @@ def test_read_ahead_is_discarded_when_another_connection_writes_between_batches(
         results.append(Store(settings, tmp_path).edges())
     # User 4 is private: 3 -> 4 stays pending.
     assert results[0] == results[1] == {(3, 4): "pending", (4, 3): "active", (5, 6): "active"}
+
+
+# --- hostile input: nesting, control characters, huge lines, clocks, ids, Parquet values -------
+
+
+def raw_event(event_id_json: str, event_type: str, minute: float, actor: int, target: int) -> str:
+    """A JSON line whose ``event_id`` is the literal JSON text ``event_id_json``."""
+    return (
+        f'{{"event_id": {event_id_json}, "event_type": "{event_type}", '
+        f'"event_time": "{when(minute)}", "actor_id": {actor}, "target_id": {target}}}'
+    )
+
+
+@pytest.mark.parametrize("in_worker", [False, True], ids=["in-process", "parser-process"])
+def test_lines_nested_thousands_deep_are_quarantined_and_the_rest_applies(live, in_worker):
+    """Line 1 is 20,000 ``[``, line 2 is ``{"a":`` 5,000 times (no closing brackets either):
+    the decoder recurses once per level and runs out of Python's recursion limit long before
+    the end of the line, which used to raise ``RecursionError`` out of ``recs ingest`` and drop
+    the whole file. Line 3 is a follow 1->2.
+
+    Expected: read 3 = applied 1 (line 3) + quarantined 2 (lines 1 and 2, reason ``malformed:
+    JSON nested too deep``, their original text kept); edge 1->2 active. Same in the parser
+    process (``parse_in_worker``) as in-process.
+    """
+    deep = ["[" * 20_000, '{"a":' * 5_000]
+    result = live.ingest([*deep, event("ok", "follow", 1, 1, 2)], parse_in_worker=in_worker)
+    assert counted(result) == (3, 1, 0, 0, 2)
+    rows = live.query("SELECT line_number, reason, line FROM quarantined_events ORDER BY 1")
+    assert rows == [
+        (1, "malformed: JSON nested too deep", deep[0]),
+        (2, "malformed: JSON nested too deep", deep[1]),
+    ]
+    assert live.edges() == {(1, 2): "active"}
+
+
+def test_a_huge_line_is_quarantined_with_its_stored_text_cut(live):
+    """Line 1: 100,000 ``x`` (not JSON). Line 2: a follow 1->2. The quarantine row keeps the
+    first ``MAX_QUARANTINED_LINE_CHARS`` (65,536) characters of the line and says so in its
+    reason, so one runaway line cannot put megabytes (or, past 1 GB, a value the database
+    refuses, failing the run) into ``quarantined_events``.
+
+    Expected: read 2 = applied 1 + quarantined 1; stored line = 65,536 ``x``; reason =
+    ``malformed: <decoder message> (line cut to its first 65,536 of 100,000 characters)``.
+    """
+    result = live.ingest(["x" * 100_000, event("ok", "follow", 1, 1, 2)])
+    assert counted(result) == (2, 1, 0, 0, 1)
+    [(reason, line)] = live.query("SELECT reason, line FROM quarantined_events")
+    assert len(line) == 65_536
+    assert line == "x" * ingest.MAX_QUARANTINED_LINE_CHARS
+    assert reason.startswith("malformed: ")
+    assert reason.endswith(" (line cut to its first 65,536 of 100,000 characters)")
+    assert live.edges() == {(1, 2): "active"}
+
+
+def test_an_event_from_year_9999_is_quarantined_and_does_not_pin_its_relationship(live):
+    """File 1: follow 1->2 dated 9999-12-31T23:59:59Z. File 2: follow 1->2 at m5, unfollow
+    1->2 at m10 (real times, in the past of any clock running this test).
+
+    Before the time window, file 1 applied and its version (year 9999) superseded everything
+    after it: the edge could never be removed. Expected now: file 1 read 1 = quarantined 1
+    (``bad_time``: more than ``ingest_max_future_seconds`` ahead of the clock); file 2 read 2
+    = applied 2; no edge left.
+    """
+    doomsday = {**event("z", "follow", 0, 1, 2), "event_time": "9999-12-31T23:59:59Z"}
+    first = live.ingest([doomsday])
+    assert counted(first) == (1, 0, 0, 0, 1)
+    assert first["quarantine_reasons"] == {"bad_time": 1}
+    second = live.ingest([event("f", "follow", 5, 1, 2), event("u", "unfollow", 10, 1, 2)])
+    assert counted(second) == (2, 2, 0, 0, 0)
+    assert live.edges() == {}
+
+
+def test_event_time_window_bounds_are_exact(live):
+    """The ingesting machine's clock is fixed at ``NOW`` = T0 + 1 day = 2026-10-02T12:00Z;
+    ``ingest_max_future_seconds`` 3600 (default), ``ingest_min_event_time`` 2000-01-01
+    (default). One line each (users 1..6 exist already):
+
+    1. follow 1->2 at NOW + 3600 s exactly: not *more* than the limit: applied.
+    2. follow 1->3 at NOW + 3601 s: quarantined, reason names the limit.
+    3. follow 2->3 at 9999-12-31T23:59:59Z: quarantined the same way.
+    4. follow 3->1 at 1999-12-31T23:59:59Z: quarantined, before the lower bound.
+    5. follow 3->2 at 2000-01-01T00:00:00Z, the lower bound itself: applied.
+    6. follow 5->6 at 0001-01-01T00:00:00+05:00 (before year 1 in UTC: a ``datetime`` cannot
+       hold it, which used to raise ``OverflowError`` out of the run): quarantined.
+
+    read 6 = applied 2 + quarantined 4; edges 1->2 and 3->2.
+    """
+    now = T0 + dt.timedelta(days=1)
+    lines = [
+        {**event("edge", "follow", 0, 1, 2), "event_time": "2026-10-02T13:00:00Z"},
+        {**event("ahead", "follow", 0, 1, 3), "event_time": "2026-10-02T13:00:01Z"},
+        {**event("doom", "follow", 0, 2, 3), "event_time": "9999-12-31T23:59:59Z"},
+        {**event("old", "follow", 0, 3, 1), "event_time": "1999-12-31T23:59:59Z"},
+        {**event("min", "follow", 0, 3, 2), "event_time": "2000-01-01T00:00:00Z"},
+        {**event("year0", "follow", 0, 5, 6), "event_time": "0001-01-01T00:00:00+05:00"},
+    ]
+    result = live.ingest(lines, now=now)
+    assert counted(result) == (6, 2, 0, 0, 4)
+    reasons = [
+        r[0] for r in live.query("SELECT reason FROM quarantined_events ORDER BY line_number")
+    ]
+    future = (
+        "bad_time: event_time {} is more than 3600 s after this machine's clock "
+        "(2026-10-02T12:00:00Z; ingest_max_future_seconds): a future event would win over "
+        "every later event of its relationship"
+    )
+    assert reasons == [
+        future.format("2026-10-02T13:00:01Z"),
+        future.format("9999-12-31T23:59:59Z"),
+        "bad_time: event_time 1999-12-31T23:59:59Z is before 2000-01-01T00:00:00Z "
+        "(ingest_min_event_time): no real event is that old (an unset or zeroed clock)",
+        "bad_time: event_time is out of range: '0001-01-01T00:00:00+05:00'",
+    ]
+    assert live.edges() == {(1, 2): "active", (3, 2): "active"}
+
+
+def test_the_time_window_comes_from_the_settings(store_url, tmp_path, monkeypatch):
+    """``RECS_INGEST_MAX_FUTURE_SECONDS=60`` and ``RECS_INGEST_MIN_EVENT_TIME=2026-01-01``:
+    with the clock at T0, a user_upsert at T0 + 61 s and one at 2025-12-31 are quarantined,
+    one at T0 + 60 s applies (read 3 = applied 1 + quarantined 2). ``apply_events`` (the single
+    event write path) applies the same window: a follow dated year 9999 is quarantined.
+    """
+    monkeypatch.setenv("RECS_INGEST_MAX_FUTURE_SECONDS", "60")
+    monkeypatch.setenv("RECS_INGEST_MIN_EVENT_TIME", "2026-01-01T00:00:00")
+    settings = Settings(home=tmp_path / "home", store_url=store_url)
+    assert settings.ingest_max_future_seconds == 60
+    assert settings.ingest_min_event_time == dt.datetime(2026, 1, 1)
+    live = Store(settings, tmp_path)
+    upserts = [
+        {**event("late", "user_upsert", 0, 1), "event_time": "2026-10-01T12:01:01Z"},
+        {**event("early", "user_upsert", 0, 2), "event_time": "2025-12-31T23:59:59Z"},
+        {**event("edge", "user_upsert", 0, 3), "event_time": "2026-10-01T12:01:00Z"},
+    ]
+    assert counted(live.ingest(upserts, now=T0)) == (3, 1, 0, 0, 2)
+    assert live.query("SELECT user_id FROM users") == [(3,)]
+    session = ingest.StoreSession(store_url)
+    try:
+        doomsday = {**event("d", "user_upsert", 0, 4), "event_time": "9999-01-01T00:00:00Z"}
+        counts = ingest.apply_events(session, [doomsday], now=T0, settings=settings)
+        assert (counts.read, counts.applied, counts.quarantined) == (1, 0, 1)
+    finally:
+        session.close()
+
+
+def test_event_ids_are_opaque_strings_and_bad_ones_have_their_own_reasons(live):
+    """``event_id`` is an opaque string; a JSON integer is taken as its decimal text, so 7 and
+    "7" are the same event id (the first copy wins, the other is a duplicate), while "007" is
+    another id. Lines (users exist; times in minutes):
+
+    1. id 7, follow 1->2 (m1): applied as id "7".
+    2. id "7", follow 1->3 (m2): duplicate of line 1, whatever it says.
+    3. id "007", follow 1->3 (m3): applied.
+    4-12. ids "", 7.0, true, {"k": 1}, [1], 129 x "a", an integer of 130 digits, "a<NUL>b",
+       "tab<TAB>": quarantined, each with its own reason (below).
+    13. no event_id: quarantined ``missing_field: event_id``.
+
+    read 13 = applied 2 + duplicates 1 + quarantined 10. Edges 1->2 and 1->3. The
+    quarantine rows carry no event_id (none of them has a valid one). A later file with id
+    "7" again is a duplicate.
+    """
+    big = "1" + "0" * 129
+    lines = [
+        raw_event("7", "follow", 1, 1, 2),
+        raw_event('"7"', "follow", 2, 1, 3),
+        raw_event('"007"', "follow", 3, 1, 3),
+        raw_event('""', "follow", 4, 2, 3),
+        raw_event("7.0", "follow", 4, 2, 3),
+        raw_event("true", "follow", 4, 2, 3),
+        raw_event('{"k": 1}', "follow", 4, 2, 3),
+        raw_event("[1]", "follow", 4, 2, 3),
+        raw_event(json.dumps("a" * 129), "follow", 4, 2, 3),
+        raw_event(big, "follow", 4, 2, 3),
+        raw_event('"a\\u0000b"', "follow", 4, 2, 3),
+        raw_event('"tab\\t"', "follow", 4, 2, 3),
+        json.dumps({k: v for k, v in event("x", "follow", 4, 2, 3).items() if k != "event_id"}),
+    ]
+    result = live.ingest(lines)
+    assert counted(result) == (13, 2, 1, 0, 10)
+    rows = live.query("SELECT reason, event_id FROM quarantined_events ORDER BY line_number")
+    assert [r[0] for r in rows] == [
+        "bad_field: event_id is empty",
+        "bad_field: event_id is a float, not a string or an integer: 7.0",
+        "bad_field: event_id is a boolean, not a string or an integer: True",
+        "bad_field: event_id is an object, not a string or an integer",
+        "bad_field: event_id is an array, not a string or an integer",
+        "bad_field: event_id is longer than 128 characters (129)",
+        "bad_field: event_id is longer than 128 characters (130)",
+        "bad_field: event_id has a control or non-printable character: 'a\\x00b'",
+        "bad_field: event_id has a control or non-printable character: 'tab\\t'",
+        "missing_field: event_id",
+    ]
+    assert [r[1] for r in rows] == [None] * 10
+    assert live.edges() == {(1, 2): "active", (1, 3): "active"}
+    seen = live.query("SELECT event_id FROM ingested_events WHERE event_id LIKE '%7'")
+    assert sorted(seen) == [("007",), ("7",)]
+    assert counted(live.ingest([raw_event('"7"', "unfollow", 9, 1, 2)])) == (1, 0, 1, 0, 0)
+
+
+def test_interest_tags_with_control_characters_are_quarantined(live):
+    """A user_upsert whose tags include "a<NUL>" (PostgreSQL text cannot hold NUL: the batch
+    used to fail there) is quarantined on both backends; one with tags ["jazz"] applies.
+    read 2 = applied 1 + quarantined 1."""
+    result = live.ingest(
+        [
+            event("t1", "user_upsert", 1, 1, interests=["ok", "a\u0000"]),
+            event("t2", "user_upsert", 1, 2, interests=["jazz"]),
+        ]
+    )
+    assert counted(result) == (2, 1, 0, 0, 1)
+    [(reason,)] = live.query("SELECT reason FROM quarantined_events")
+    assert reason == (
+        "bad_field: interests is not a list of 1-64 character printable strings: ['ok', 'a\\x00']"
+    )
+    assert live.query("SELECT user_id, tag FROM user_interests") == [(2, "jazz")]
+
+
+def test_parquet_values_python_cannot_represent_quarantine_only_their_row(live, tmp_path):
+    """A Parquet file whose ``event_time`` column is ``timestamp[s]``; row 1 holds 10**12 s
+    (year 33658: no Python ``datetime``, so converting the batch raised ``OverflowError`` and
+    ended the run), row 2 is 9999-12-31T23:59:59 (representable, but outside the time window),
+    rows 3 and 4 follow 1->2 and 1->3 at T0 + 1 and 2 minutes.
+
+    Expected: read 4 = applied 2 + quarantined 2 (row 1 ``malformed``: the column cannot be
+    converted; row 2 ``bad_time``); edges 1->2 and 1->3.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = int((T0 - dt.datetime(1970, 1, 1)).total_seconds())
+    table = pa.table(
+        {
+            "event_id": ["p1", "p2", "p3", "p4"],
+            "event_type": ["follow"] * 4,
+            "event_time": pa.array(
+                [10**12, 253_402_300_799, base + 60, base + 120], pa.timestamp("s")
+            ),
+            "actor_id": [1, 1, 1, 1],
+            "target_id": [5, 6, 2, 3],
+        }
+    )
+    path = tmp_path / "weird.parquet"
+    pq.write_table(table, path)
+    result = ingest.ingest_paths([path], live.settings)
+    assert counted(result) == (4, 2, 0, 0, 2)
+    rows = live.query("SELECT line_number, reason, line FROM quarantined_events ORDER BY 1")
+    assert [r[0] for r in rows] == [1, 2]
+    assert (
+        rows[0][1]
+        == "malformed: event_time (timestamp[ms]) cannot be converted: date value out of range"
+    )
+    assert json.loads(rows[0][2])["event_id"] == "p1"
+    assert rows[1][1].startswith("bad_time: event_time 9999-12-31T23:59:59Z is more than ")
+    assert live.edges() == {(1, 2): "active", (1, 3): "active"}

@@ -1,3 +1,8 @@
+-- A table, not a view like the other intermediate models: hub_accounts, candidate_profiles and
+-- this model's own three tests each read it, and as a view each recomputed the distinct count
+-- over every follow edge (the largest aggregation of the build at 50 M edges).
+{{ config(materialized='table') }}
+
 with
 
 users as (

@@ -1,0 +1,138 @@
+"""freeze_snapshot from a PostgreSQL hot standby (``Settings.snapshot_store_url``).
+
+A primary and a streaming standby of it (``recs.pgserver.start_standby``: ``pg_basebackup``
+then WAL streaming) run for this module. The primary holds the hand-built store of
+tests/unit/test_snapshot.py (6 users, 8 active follows + 1 pending).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import filecmp
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import psycopg
+import pytest
+
+from recs import pgserver, store
+from recs.config import Settings
+from recs.manifest import read_json
+from recs.runs import RunPaths
+from recs.snapshot import LiveStoreError, freeze_snapshot
+from tests.unit.test_snapshot import FOLLOWS, PENDING, SNAPSHOT_DATE, build_store
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[pgserver.LocalPostgres, pgserver.LocalPostgres]]:
+    if pgserver.find_bindir() is None:
+        message = "no PostgreSQL server binaries (make test installs Debian's postgresql)"
+        if os.environ.get("RECS_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    primary = pgserver.start(durable=False)
+    try:
+        standby = pgserver.start_standby(primary)
+        try:
+            yield primary, standby
+        finally:
+            standby.stop()
+    finally:
+        primary.stop()
+
+
+def _settings(tmp_path: Path, primary_url: str, standby_url: str | None, **extra) -> Settings:
+    return Settings(
+        home=tmp_path / "home",
+        store_url=primary_url,
+        snapshot_store_url=standby_url,
+        shard_count=4,
+        **extra,
+    )
+
+
+def _edges(paths: RunPaths) -> list[tuple[int, int]]:
+    frame = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "**" / "*.parquet")
+    return sorted(zip(frame["follower_id"], frame["followee_id"], strict=True))
+
+
+def _follow_on_primary(primary_url: str, follower_id: int, followee_id: int) -> None:
+    with psycopg.connect(store.libpq_url(primary_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
+            "VALUES (%s, %s, %s, 'active')",
+            (follower_id, followee_id, dt.datetime(2026, 10, 2)),
+        )
+
+
+def test_snapshot_from_the_standby_equals_the_primary_and_sees_the_last_commit(
+    servers, tmp_path
+):
+    """The follow 3 -> 6 is committed on the primary immediately before the freeze (the primary
+    runs ``synchronous_commit = off``, so its WAL may not even be flushed yet): the snapshot read
+    from the standby must still contain it, because the freeze waits for the standby to replay
+    up to the primary's WAL insert position. Expected edges: FOLLOWS + PENDING + (3, 6), the
+    same 10 rows, and the same Parquet bytes, as a snapshot of the primary itself."""
+    primary, standby = servers
+    name = "standby_equal"
+    primary_url = primary.create_database(name)
+    build_store(_settings(tmp_path, primary_url, None))
+    _follow_on_primary(primary_url, 3, 6)
+
+    settings = _settings(tmp_path, primary_url, standby.url_for(name))
+    from_standby = RunPaths.create(settings.home, SNAPSHOT_DATE, "standby")
+    result = freeze_snapshot(from_standby, settings)
+    from_primary = RunPaths.create(settings.home, SNAPSHOT_DATE, "primary")
+    freeze_snapshot(from_primary, _settings(tmp_path, primary_url, None))
+
+    expected = sorted([*FOLLOWS, *PENDING, (3, 6)])
+    assert _edges(from_standby) == expected
+    assert _edges(from_primary) == expected
+    assert result["standby"]["replayed_lsn"] is not None
+    manifest = read_json(from_standby.snapshot_manifest)
+    assert manifest["store"]["read_from"] == "standby"
+    assert manifest["row_counts"]["follow_edges"] == 10
+    shards = [f"follow_edges/shard_id={s:03d}/part-0.parquet" for s in range(4)]
+    for relative in ("users.parquet", "blocks.parquet", *shards):
+        ours, theirs = from_standby.snapshot_dir / relative, from_primary.snapshot_dir / relative
+        same = filecmp.cmp(ours, theirs, shallow=False)
+        assert same, relative
+
+
+def test_a_standby_that_stopped_replaying_fails_the_freeze_with_both_positions(
+    servers, tmp_path
+):
+    """Replay paused on the standby (``pg_wal_replay_pause``), then a follow committed on the
+    primary: the standby can never reach the primary's position, so the freeze must fail after
+    ``snapshot_standby_wait_seconds`` (0.5 s here) naming both positions, and write no
+    snapshot; it must not silently publish a graph missing the newest follows."""
+    primary, standby = servers
+    name = "standby_paused"
+    primary_url = primary.create_database(name)
+    build_store(_settings(tmp_path, primary_url, None))
+    with psycopg.connect(standby.url, autocommit=True) as connection:
+        connection.execute("SELECT pg_wal_replay_pause()")
+    try:
+        _follow_on_primary(primary_url, 3, 6)
+        settings = _settings(
+            tmp_path, primary_url, standby.url_for(name), snapshot_standby_wait_seconds=0.5
+        )
+        paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "paused")
+        with pytest.raises(LiveStoreError, match=r"has replayed up to \S+, behind the primary"):
+            freeze_snapshot(paths, settings)
+        assert not paths.snapshot_manifest.exists()
+    finally:
+        with psycopg.connect(standby.url, autocommit=True) as connection:
+            connection.execute("SELECT pg_wal_replay_resume()")
+
+
+def test_store_url_naming_a_standby_is_refused(servers, tmp_path):
+    """``store_url`` must be the primary: with the standby in both places the freeze refuses
+    (one line naming the setting) instead of waiting on itself."""
+    primary, standby = servers
+    settings = _settings(tmp_path, standby.url, primary.url)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "swapped")
+    with pytest.raises(LiveStoreError, match="is a standby: it must name the primary"):
+        freeze_snapshot(paths, settings)
