@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     home: Path = Field(Path("data"), description="Root of all state: live store, runs, published.")
     store_url: str | None = Field(
         None,
+        exclude=True,  # a connection, not part of a run's definition: may hold a password
         description="SQLAlchemy URL of the live graph store; default sqlite:///<home>/live.db.",
     )
     snapshot_store_url: str | None = Field(
