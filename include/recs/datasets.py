@@ -845,7 +845,7 @@ def refuse_non_empty_store(url: str) -> None:
         held = ", ".join(f"{count:,} {name}" for name, count in counts.items() if count)
         raise DatasetError(
             f"the live store {_display_url(url)} is not empty ({held}): pass --replace "
-            f"(replace=True) to drop and reload it"
+            "to drop and reload it"
         )
 
 

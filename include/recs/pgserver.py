@@ -199,9 +199,12 @@ def start_standby(
     the ``postgres`` role replicate from 127.0.0.1, initdb's default ``pg_hba.conf``), then the
     copy starts in recovery and replays the primary's WAL as it streams (asynchronously: the
     primary never waits for it). It serves read-only queries, ``REPEATABLE READ`` included,
-    which is how ``freeze_snapshot`` reads it (``Settings.snapshot_store_url``).
-    ``hot_standby_feedback = on``, so replay never cancels a long snapshot read (the primary
-    keeps the row versions the read still needs instead).
+    which is how ``freeze_snapshot`` reads it (``Settings.snapshot_store_url``). Set up as a
+    dedicated snapshot standby: ``hot_standby_feedback = on`` (the primary keeps the row
+    versions a running read still needs, so vacuum on the primary cancels no snapshot) and
+    ``max_standby_streaming_delay = -1`` (replay of a lock a read conflicts with, e.g. vacuum
+    truncating emptied pages, waits for the read instead of cancelling it after 30 s; the
+    standby lags meanwhile, the primary does not notice).
 
     ``cpu_idle=True`` starts the server under the ``SCHED_IDLE`` CPU policy and ``cpus`` confines
     it to those CPUs (both inherited by every backend it forks): on a benchmark box the two
@@ -209,7 +212,12 @@ def start_standby(
     needed). Raises ``PostgresUnavailableError`` as ``start``.
     """
     server = _new_server(primary.bindir)
-    options = {"hot_standby": "on", "hot_standby_feedback": "on", **(settings or {})}
+    options = {
+        "hot_standby": "on",
+        "hot_standby_feedback": "on",
+        "max_standby_streaming_delay": "-1",
+        **(settings or {}),
+    }
 
     def copy() -> None:
         _run(

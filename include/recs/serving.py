@@ -545,9 +545,9 @@ class LiveStore:
         """Undo the dismissal at ``at`` (naive UTC; default the wall clock), as an
         ``undismiss`` event ``api:undismiss`` of the relationship (see above): the row is
         deleted and the version kept as a tombstone, in one transaction serialised with
-        ingestion. True if there was a row. With none, the undismissal is recorded all the same
-        (as an ingested undismiss of nothing is), so a dismiss older than this request that
-        arrives later stays superseded. Raises ``StoreUnavailableError``."""
+        ingestion. True if there was a row; with none (the API answers 404) nothing is written,
+        so requests naming pairs that were never dismissed (unknown users included) cannot
+        grow the tombstones. Raises ``StoreUnavailableError``."""
         p = self._ph
         event_id = API_EVENT_IDS["undismiss"]
         at = wall_clock() if at is None else at
@@ -559,12 +559,14 @@ class LiveStore:
                 dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
                 time_us = _after(_epoch_micros(at), event_id, version)
                 removed = dismissed_at is not None
-                if removed:
-                    cursor.execute(
-                        "DELETE FROM dismissed_candidates "
-                        f"WHERE user_id = {p} AND candidate_id = {p}",
-                        (user_id, candidate_id),
-                    )
+                if not removed:
+                    connection.rollback()
+                    return False
+                cursor.execute(
+                    "DELETE FROM dismissed_candidates "
+                    f"WHERE user_id = {p} AND candidate_id = {p}",
+                    (user_id, candidate_id),
+                )
                 cursor.execute(
                     "INSERT INTO relationship_tombstones (relation, source_id, target_id, "
                     f"event_time_us, event_id) VALUES ('dismiss', {p}, {p}, {p}, {p}) "

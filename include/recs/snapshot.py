@@ -140,73 +140,140 @@ STANDBY_POLL_SECONDS = 0.05
 
 
 def wait_for_standby(primary_url: str, standby_url: str, timeout_seconds: float) -> dict[str, Any]:
-    """Wait until the PostgreSQL hot standby at ``standby_url`` has replayed everything the
-    primary at ``primary_url`` had written when this was called (its WAL insert position,
-    ``pg_current_wal_insert_lsn()``), so a snapshot read from the standby includes every
-    follow committed on the primary before the freeze started, as a read of the primary would.
+    """Check that ``standby_url`` is a PostgreSQL hot standby *of* the primary at
+    ``primary_url``, and wait until it has replayed every transaction the primary had committed
+    when this was called, so a snapshot read from the standby contains every follow committed
+    before the freeze started, as a read of the primary would.
 
-    Replication is asynchronous: the primary never waits for the standby, and the standby
-    trails it by the WAL not yet streamed and replayed (milliseconds when healthy). Only the
-    primary's WAL position is read from it (one trivial query); every table read goes to the
-    standby. Returns ``{"target_lsn", "replayed_lsn", "waited_seconds"}`` (seconds of wall
-    time). If the URL is not a standby (``pg_is_in_recovery()`` false: e.g. a logical
-    replica) nothing is awaited and ``replayed_lsn`` is None.
+    The cut-off: on the primary, a transaction that writes one WAL record and nothing else (a
+    transactional ``pg_logical_emit_message``, no table touched; any role may call it at
+    ``wal_level = replica``) commits with ``synchronous_commit = on``, which flushes the WAL up
+    to its commit record, past the commit record of every transaction committed before it
+    (even with the store's ``synchronous_commit = off``); the target is then
+    ``pg_current_wal_flush_lsn()``. Flushed WAL is what streams, so a healthy standby reaches
+    it in milliseconds, whatever other transactions are still open. Two cut-offs that do not
+    work, both seen failing in tests/postgres/test_snapshot_standby.py: the WAL insert position
+    (a transaction left open on a partly filled WAL page kept it unflushed for ~13 s), and a
+    transaction that only takes an id (``pg_current_xact_id()``: PostgreSQL commits a
+    transaction that wrote no WAL before its commit record asynchronously, so nothing is
+    flushed). This is the only statement the snapshot sends the primary.
 
-    Raises ``LiveStoreError`` if either server cannot be reached, if ``primary_url`` is itself
-    a standby, or if the standby has not caught up within ``timeout_seconds`` (replication
-    stopped or far behind: the message gives both positions and where to look).
+    Replication is asynchronous: the primary never waits for the standby. Returns
+    ``{"target_lsn", "replayed_lsn", "waited_seconds"}`` (seconds of wall time).
+
+    Raises ``LiveStoreError`` (one line, password masked) if either server cannot be reached or
+    fails a query; if ``primary_url`` is itself in recovery; if ``standby_url`` is not in
+    recovery (the primary under another URL, or a promoted former standby, which no longer
+    receives follows); if its ``pg_control_system()`` system identifier differs from the
+    primary's (a standby of another cluster); or if it has not replayed up to the target
+    within ``timeout_seconds`` (replication stopped or far behind).
     """
     import psycopg
 
-    def connect(url: str, role: str) -> psycopg.Connection:
-        try:
-            return psycopg.connect(store.libpq_url(url), autocommit=True, connect_timeout=10)
-        except psycopg.Error as error:
-            message = " ".join(str(error).split())
-            raise LiveStoreError(
-                f"cannot connect to the {role} {_display_url(url)}: {message}"
-            ) from None
+    primary_shown, standby_shown = _display_url(primary_url), _display_url(standby_url)
 
+    def failed(role: str, shown: str, error: Exception) -> LiveStoreError:
+        message = " ".join(str(error).split())[:300]
+        return LiveStoreError(f"the {role} {shown} failed: {message}")
+
+    def connect(url: str, role: str, shown: str) -> psycopg.Connection:
+        while True:
+            try:
+                return psycopg.connect(store.libpq_url(url), autocommit=True, connect_timeout=10)
+            except psycopg.Error as error:
+                # A database created on the primary moments ago exists on the standby only
+                # once its creation is replayed: retry that one error until the deadline.
+                missing = getattr(error, "sqlstate", None) == "3D000" or "does not exist" in str(
+                    error
+                )
+                if missing and time.monotonic() - started <= timeout_seconds:
+                    time.sleep(STANDBY_POLL_SECONDS)
+                    continue
+                message = " ".join(str(error).split())[:300]
+                raise LiveStoreError(f"cannot connect to the {role} {shown}: {message}") from None
+
+    identity = "SELECT pg_is_in_recovery(), system_identifier FROM pg_control_system()"
     started = time.monotonic()
-    with connect(primary_url, "live store") as primary:
-        in_recovery, target = primary.execute(
-            "SELECT pg_is_in_recovery(), "
-            "CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_insert_lsn() END"
-        ).fetchone()
+    with connect(primary_url, "live store", primary_shown) as primary:
+        try:
+            in_recovery, system = primary.execute(identity).fetchone()
+            if not in_recovery:
+                with primary.transaction():
+                    primary.execute("SET LOCAL synchronous_commit = on")
+                    primary.execute(
+                        "SELECT pg_logical_emit_message(true, 'recs', 'freeze_snapshot cut-off')"
+                    )
+                (target,) = primary.execute("SELECT pg_current_wal_flush_lsn()").fetchone()
+        except psycopg.Error as error:
+            raise failed("live store", primary_shown, error) from None
     if in_recovery:
         raise LiveStoreError(
-            f"store_url {_display_url(primary_url)} is a standby: it must name the primary "
-            "the write path uses (snapshot_store_url names the standby)"
+            f"store_url {primary_shown} is a standby: it must name the primary the write path "
+            "uses (snapshot_store_url names the standby)"
         )
-    with connect(standby_url, "snapshot standby") as standby:
-        while True:
-            in_recovery, replayed, caught_up = standby.execute(
-                "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn(), "
-                "pg_last_wal_replay_lsn() >= %s::pg_lsn",
-                (str(target),),
-            ).fetchone()
+    with connect(standby_url, "snapshot standby", standby_shown) as standby:
+        try:
+            in_recovery, standby_system = standby.execute(identity).fetchone()
             if not in_recovery:
-                log.warning(
-                    "snapshot_store_url %s is not a standby: not waiting for replay",
-                    _display_url(standby_url),
-                )
-                replayed = None
-                break
-            if caught_up:
-                break
-            waited = time.monotonic() - started
-            if waited > timeout_seconds:
                 raise LiveStoreError(
-                    f"snapshot standby {_display_url(standby_url)} has replayed up to {replayed}"
-                    f", behind the primary's {target} at the freeze, after {waited:.0f} s "
-                    "(snapshot_standby_wait_seconds): check pg_stat_replication on the primary"
+                    f"snapshot_store_url {standby_shown} is not a standby (pg_is_in_recovery() "
+                    "is false): it must name a hot standby of store_url; unset it to read "
+                    "store_url itself"
                 )
-            time.sleep(STANDBY_POLL_SECONDS)
+            if standby_system != system:
+                raise LiveStoreError(
+                    f"snapshot_store_url {standby_shown} is not a standby of store_url "
+                    f"{primary_shown}: system identifier {standby_system} != {system}"
+                )
+            while True:
+                replayed, caught_up = standby.execute(
+                    "SELECT pg_last_wal_replay_lsn(), pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                    (str(target),),
+                ).fetchone()
+                if caught_up:
+                    break
+                waited = time.monotonic() - started
+                if waited > timeout_seconds:
+                    raise LiveStoreError(
+                        f"snapshot standby {standby_shown} has replayed up to {replayed}, "
+                        f"behind the primary's {target} at the freeze, after {waited:.0f} s "
+                        "(RECS_SNAPSHOT_STANDBY_WAIT_SECONDS): check pg_stat_replication on the "
+                        "primary"
+                    )
+                time.sleep(STANDBY_POLL_SECONDS)
+        except psycopg.Error as error:
+            raise failed("snapshot standby", standby_shown, error) from None
     return {
         "target_lsn": str(target),
-        "replayed_lsn": None if replayed is None else str(replayed),
+        "replayed_lsn": str(replayed),
         "waited_seconds": round(time.monotonic() - started, 3),
     }
+
+
+def snapshot_source(settings: Settings) -> tuple[str, dict[str, Any] | None]:
+    """Where ``freeze_snapshot`` reads: ``(url, standby)``. ``store_url`` itself, with
+    ``standby`` None, unless ``snapshot_store_url`` is set; then that URL, after
+    ``wait_for_standby`` (its result is ``standby``). Raises ``LiveStoreError`` if
+    ``snapshot_store_url`` is not a URL, or is set while ``store_url`` is not PostgreSQL or it
+    is not (a standby only exists for a PostgreSQL primary), or as ``wait_for_standby``."""
+    from sqlalchemy.exc import ArgumentError
+
+    primary, url = settings.live_store_url, settings.snapshot_store_url
+    if not url:
+        return primary, None
+    try:
+        _display_url(url)
+    except ArgumentError:
+        raise LiveStoreError(
+            "snapshot_store_url is not a database URL: expected "
+            "postgresql://user:password@host:port/database (a hot standby of store_url)"
+        ) from None
+    if not (_is_postgres(url) and _is_postgres(primary)):
+        raise LiveStoreError(
+            "snapshot_store_url must name a PostgreSQL hot standby of a PostgreSQL store_url "
+            f"(store_url: {_display_url(primary)}, snapshot_store_url: {_display_url(url)})"
+        )
+    return url, wait_for_standby(primary, url, settings.snapshot_standby_wait_seconds)
 
 
 def _missing_tables_message(where: str, missing: list[str]) -> str:
@@ -612,32 +679,38 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     Reads ``settings.snapshot_store_url`` when set (a hot standby of the PostgreSQL primary
     ``store_url``: the batch's read load then never reaches the primary the write path uses),
-    after ``wait_for_standby`` has seen it replay everything the primary had written when the
-    freeze started; else ``store_url``.
+    after ``wait_for_standby`` has seen it replay everything the primary had committed when the
+    freeze started; else ``store_url`` (``snapshot_source``).
 
     Replaces a previous snapshot of the same run. Returns ``snapshot_dir``, ``manifest``
     (str paths), ``row_counts``, ``shard_count``, ``seconds``, ``read_seconds``,
     ``write_seconds``, ``standby`` (``wait_for_standby``'s result, or None). Raises
-    ``LiveStoreError`` if the store is missing or lacks a table, or the standby lags.
+    ``LiveStoreError`` if the store is missing or lacks a table, a read fails (e.g. a standby
+    cancelling it on a recovery conflict), or the standby is wrong or lags.
     """
     started = time.perf_counter()
-    url = settings.snapshot_store_url or settings.live_store_url
-    standby = None
-    if url != settings.live_store_url and _is_postgres(url):
-        standby = wait_for_standby(
-            settings.live_store_url, url, settings.snapshot_standby_wait_seconds
-        )
+    url, standby = snapshot_source(settings)
+    if standby is not None:
         log.info("snapshot standby caught up with the primary: %s", standby)
     frames: dict[str, pl.DataFrame] = {}
     with open_reader(url) as reader:
         backend = reader.backend
-        for name in SNAPSHOT_SCHEMAS:  # users first, then follow_edges, ...: one transaction
-            if name == "follow_edges":
-                parts, by_status = _partition_by_shard(
-                    reader.iter_table(name), settings.shard_count
-                )
-            else:
-                frames[name] = reader.read_table(name)
+        try:
+            for name in SNAPSHOT_SCHEMAS:  # users first, then follow_edges, ...: one transaction
+                if name == "follow_edges":
+                    parts, by_status = _partition_by_shard(
+                        reader.iter_table(name), settings.shard_count
+                    )
+                else:
+                    frames[name] = reader.read_table(name)
+        except (LiveStoreError, MemoryError):
+            raise
+        except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line, not a trace
+            message = " ".join(str(error).split())[:300]
+            raise LiveStoreError(
+                f"reading the live store {_display_url(url)} failed (the run can be retried): "
+                f"{message}"
+            ) from error
     read_seconds = time.perf_counter() - started
 
     t0 = time.perf_counter()
@@ -663,7 +736,7 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "store": {
             "backend": backend,
             "url": _display_url(settings.live_store_url),
-            "read_from": "standby" if url != settings.live_store_url else "store",
+            "read_from": "store" if standby is None else "standby",
         },
         "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
         "row_counts": row_counts,

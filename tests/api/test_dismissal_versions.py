@@ -141,14 +141,18 @@ def test_api_writes_leave_the_versions_ingestion_reads(live):
     assert tombstones == [("dismiss", 1, 3, micros(at(30)), "api:undismiss")]
 
 
-def test_undismissing_nothing_is_404_but_still_an_undismiss_at_its_time(live):
-    """API undismiss of 1->2 at m10 with no dismissal: ``DismissalNotFoundError`` (404), and,
-    like an ingested undismiss of nothing, it records the relationship's version (tombstone at
-    m10), so a dismiss at m5 that arrives afterwards is superseded (read 1 = superseded 1)."""
+def test_undismissing_nothing_is_404_and_writes_nothing(live):
+    """API undismiss of 1->2 at m10 with no dismissal, and of 4242->2 (no such user):
+    ``DismissalNotFoundError`` (404) and no row anywhere (review: recording a tombstone per
+    request let any token holder grow the table without bound). A dismiss at m5 that arrives
+    afterwards therefore applies (read 1 = applied 1)."""
     with pytest.raises(DismissalNotFoundError, match="user 1 has not dismissed 2"):
         serving.remove_dismissal(live.api, 1, 2, at(10))
-    assert live.ingest([event("d5", "dismiss", at(5), 1, 2)]) == (1, 0, 0, 1, 0)
-    assert live.dismissed() == set()
+    with pytest.raises(DismissalNotFoundError, match="user 4242 has not dismissed 2"):
+        serving.remove_dismissal(live.api, 4242, 2, at(10))
+    assert live.query("SELECT count(*) FROM relationship_tombstones") == [(0,)]
+    assert live.ingest([event("d5", "dismiss", at(5), 1, 2)]) == (1, 1, 0, 0, 0)
+    assert live.dismissed() == {(1, 2)}
 
 
 def test_an_api_write_is_ordered_after_the_version_it_replaces(live):

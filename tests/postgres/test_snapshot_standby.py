@@ -43,6 +43,16 @@ def servers() -> Iterator[tuple[pgserver.LocalPostgres, pgserver.LocalPostgres]]
         primary.stop()
 
 
+@pytest.fixture(scope="module")
+def other_primary(servers) -> Iterator[pgserver.LocalPostgres]:
+    """A second, unrelated cluster (its own system identifier)."""
+    server = pgserver.start(durable=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _settings(tmp_path: Path, primary_url: str, standby_url: str | None, **extra) -> Settings:
     return Settings(
         home=tmp_path / "home",
@@ -135,4 +145,81 @@ def test_store_url_naming_a_standby_is_refused(servers, tmp_path):
     settings = _settings(tmp_path, standby.url, primary.url)
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "swapped")
     with pytest.raises(LiveStoreError, match="is a standby: it must name the primary"):
+        freeze_snapshot(paths, settings)
+
+
+def test_a_transaction_left_open_on_the_primary_does_not_delay_the_freeze(servers, tmp_path):
+    """A session on the primary inserts a follow and stays idle in its transaction, so its WAL
+    sits unflushed on a partly filled page (review measured ~13 s until the next flush when the
+    cut-off was the WAL insert position). The cut-off is a synchronously committed marker, so
+    the freeze must succeed within a 3 s budget, and must not contain the uncommitted follow
+    (3 -> 5): 9 edges, FOLLOWS + PENDING."""
+    primary, standby = servers
+    name = "standby_open_xact"
+    primary_url = primary.create_database(name)
+    build_store(_settings(tmp_path, primary_url, None))
+    with psycopg.connect(store.libpq_url(primary_url)) as holder:  # not autocommit: stays open
+        holder.execute(
+            "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
+            "VALUES (3, 5, now(), 'active')"
+        )
+        settings = _settings(
+            tmp_path, primary_url, standby.url_for(name), snapshot_standby_wait_seconds=3
+        )
+        paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "open-xact")
+        result = freeze_snapshot(paths, settings)
+        holder.rollback()
+    assert result["standby"]["waited_seconds"] < 3
+    assert _edges(paths) == sorted([*FOLLOWS, *PENDING])
+
+
+def test_a_standby_of_another_cluster_is_refused(servers, other_primary, tmp_path):
+    """store_url on an unrelated primary that has the same database name: the standby's
+    system identifier differs from the primary's, so the freeze refuses (one line) instead of
+    snapshotting another cluster's graph."""
+    primary, standby = servers
+    name = "standby_other_cluster"
+    build_store(_settings(tmp_path, primary.create_database(name), None))
+    elsewhere = other_primary.create_database(name)
+    settings = _settings(tmp_path, elsewhere, standby.url_for(name))
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "other-cluster")
+    with pytest.raises(LiveStoreError, match=r"is not a standby of store_url .*system identifier"):
+        freeze_snapshot(paths, settings)
+
+
+def test_the_primary_under_another_url_is_not_taken_for_a_standby(servers, tmp_path):
+    """snapshot_store_url naming the primary itself (spelled postgres://) is refused: it is not
+    in recovery, and reading it would put the batch's load on the primary while the manifest
+    claimed a standby."""
+    primary, _ = servers
+    name = "standby_same_primary"
+    primary_url = primary.create_database(name)
+    build_store(_settings(tmp_path, primary_url, None))
+    spelled = primary_url.replace("postgresql://", "postgres://")
+    settings = _settings(tmp_path, primary_url, spelled)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "same-primary")
+    with pytest.raises(LiveStoreError, match=r"is not a standby \(pg_is_in_recovery"):
+        freeze_snapshot(paths, settings)
+
+
+@pytest.mark.parametrize(
+    ("store_url", "snapshot_store_url", "needle"),
+    [
+        ("sqlite:///{tmp}/live.db", "postgresql://x@127.0.0.1:1/recs", "must name a PostgreSQL"),
+        ("postgresql://x@127.0.0.1:1/recs", "sqlite:///{tmp}/other.db", "must name a PostgreSQL"),
+        ("postgresql://x@127.0.0.1:1/recs", "not a url", "is not a database URL"),
+    ],
+)
+def test_a_snapshot_store_url_that_cannot_be_a_standby_is_refused_before_connecting(
+    tmp_path, store_url, snapshot_store_url, needle
+):
+    """A standby only exists for a PostgreSQL primary: any other pairing, or a malformed URL,
+    is one ``LiveStoreError`` line before anything is contacted (port 1 is never opened)."""
+    settings = Settings(
+        home=tmp_path / "home",
+        store_url=store_url.format(tmp=tmp_path),
+        snapshot_store_url=snapshot_store_url.format(tmp=tmp_path),
+    )
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "pairing")
+    with pytest.raises(LiveStoreError, match=needle):
         freeze_snapshot(paths, settings)
