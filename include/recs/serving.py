@@ -212,8 +212,9 @@ class LiveStore:
         self.url = url
         path = sqlite_path(url)
         self.is_local = path is not None and path not in ("", ":memory:")
+        self._file: Path | None = None
         if self.is_local:
-            absolute = Path(path).expanduser().resolve()
+            absolute = self._file = Path(path).expanduser().resolve()
             engine_url = f"sqlite:///file:{quote(str(absolute))}?mode=rw&uri=true"
         else:
             engine_url = url
@@ -272,6 +273,12 @@ class LiveStore:
         except self._errors as error:
             self._discard()
             STORE_ERRORS.labels(operation).inc()
+            if self._file is not None and not self._file.exists():
+                raise StoreUnavailableError(
+                    f"live store unavailable ({operation}): no SQLite file at {self._file} "
+                    "(RECS_HOME is relative to the working folder: set it, or RECS_STORE_URL, "
+                    "to where the live store is)"
+                ) from None
             raise StoreUnavailableError(
                 f"live store unavailable ({operation}): {_one_line(error)}"
             ) from None

@@ -21,8 +21,8 @@ def _fail(*_args, **_kwargs):
 
 def test_unreachable_store_answers_503_for_reads_and_writes(world):
     """The store URL names a file that does not exist (opened mode=rw, so no empty database
-    is created in its place): the read is 503 with the cause, the dismissal is 503, health
-    stays 200."""
+    is created in its place): the read is 503 naming the missing file and the likely cause
+    (RECS_HOME relative to the working folder), the dismissal is 503, health stays 200."""
     from fastapi.testclient import TestClient
 
     from recs.api import create_app
@@ -37,7 +37,8 @@ def test_unreachable_store_answers_503_for_reads_and_writes(world):
         response = client.get(WTF, headers=ME)
         assert response.status_code == 503
         assert response.json()["detail"].startswith("live store unavailable (account): ")
-        assert "unable to open database file" in response.json()["detail"]
+        assert f"no SQLite file at {missing}" in response.json()["detail"]
+        assert "RECS_HOME is relative to the working folder" in response.json()["detail"]
         post = client.post("/v1/users/1/dismissals", json={"candidate_id": 21}, headers=ME)
         assert post.status_code == 503
         assert client.get("/healthz").status_code == 200
