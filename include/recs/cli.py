@@ -159,14 +159,12 @@ def ingest(
     settings = _settings()
     if landing == bool(paths):
         raise RecsError("give event files or folders to ingest, or --landing (not both)")
+    batch_events = batch_events or _ingest.BATCH_EVENTS
     if landing:
-        result = _ingest.ingest_landing(settings, progress=_progress)
+        result = _ingest.ingest_landing(settings, batch_events=batch_events, progress=_progress)
     else:
         result = _ingest.ingest_paths(
-            paths or [],
-            settings,
-            batch_events=batch_events or _ingest.BATCH_EVENTS,
-            progress=_progress,
+            paths or [], settings, batch_events=batch_events, progress=_progress
         )
 
     def render(doc):

@@ -155,11 +155,14 @@ class Settings(BaseSettings):
         3600.0,
         exclude=True,
         ge=0.0,
+        le=315_360_000.0,  # 10 years of 365 days: a finite window (inf cannot be an int of µs)
+        allow_inf_nan=False,
         description="An event whose event_time is more than this many seconds after the "
-        "ingesting machine's clock is quarantined (RECS_INGEST_MAX_FUTURE_SECONDS). Why: last "
-        "writer wins by event_time per relationship, so one event from the future (a producer "
-        "whose clock says 9999) would win over every later event of its relationship forever. "
-        "An hour absorbs ordinary clock skew between producers and this machine.",
+        "ingesting machine's clock is quarantined (RECS_INGEST_MAX_FUTURE_SECONDS; 0 to "
+        "315,360,000, i.e. 10 years). Why: last writer wins by event_time per relationship, so "
+        "one event from the future (a producer whose clock says 9999) would win over every "
+        "later event of its relationship forever. An hour absorbs ordinary clock skew between "
+        "producers and this machine.",
     )
     ingest_min_event_time: dt.datetime = Field(
         dt.datetime(2000, 1, 1),

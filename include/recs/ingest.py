@@ -54,8 +54,10 @@ Semantics (the follow-service design, ``../shared/design-docs/002_*``, and issue
   is *applied* as a refused no-op, ``effects.follows_refused_blocked``). An unblock restores
   nothing.
 - **Idempotent**: an ``event_id`` already applied or found superseded is a *duplicate*, in the
-  same batch (the first copy in file order wins) or any earlier one (``ingested_events``), and
-  changes nothing.
+  same batch or any earlier one (``ingested_events``), and changes nothing. Within a batch the
+  copies of an id are tried in file order and the first one that is not quarantined wins: a
+  quarantined copy is not seen (below), so the next copy of its id is tried instead, at that
+  copy's own place in ``(event_time, event_id)`` order (at once if the place is past).
 - **Out of order, last writer wins per relationship**: every relationship (follow A->B, block
   A->B, mute A->B, dismissal A->B) keeps the time and id of the last event applied to it: on its
   row (``event_time_us``, ``event_id``) and, once the row is deleted, as a tombstone
@@ -69,16 +71,18 @@ Semantics (the follow-service design, ``../shared/design-docs/002_*``, and issue
 - **Counts**: ``user_follow_counts`` changes with every transition into or out of ``active``,
   in the same transaction as the edge; ``reconcile_counts`` (``recs reconcile``) recomputes
   them from the edges and reports (or repairs) drift. ``mutual_follows`` lists friends.
-- **Bad input** is quarantined (``quarantined_events``: file, line number, original line,
-  reason) and never stops the file: a line that is not a JSON object, an unknown type, a
-  missing or empty field, a non-integer, negative or out-of-range id, a bad timestamp or user
-  field, a self-relationship (self-follow, self-block, ...) and an event naming a user that does
-  not exist (yet: a ``user_upsert`` earlier in ``(event_time, event_id)`` order creates it);
-  also a line nested too deep for the decoder (``malformed: JSON nested too deep``), an
-  ``event_time`` outside the window and, in Parquet, a value Python cannot represent (a
+- **Bad input** is quarantined (``quarantined_events``: file, the file's sha256, line number,
+  original line, reason; keyed by all three, so a new file under an old name, a daily
+  ``events.jsonl``, keeps the rows of the one before) and never stops the file: a line that is
+  not a JSON object, an unknown type, a missing or empty field, a non-integer, negative or
+  out-of-range id, a bad timestamp or user field, a self-relationship (self-follow, self-block,
+  ...) and an event naming a user that does not exist (yet: a ``user_upsert`` earlier in
+  ``(event_time, event_id)`` order creates it); also a line nested too deep for the decoder
+  (``malformed: JSON nested too deep``), an ``event_time`` outside the window or outside years
+  1-9999 in UTC (whatever the window) and, in Parquet, a value Python cannot represent (a
   timestamp past year 9999: only that row). A quarantined event is not recorded as seen: fixed
-  and re-sent, it applies. A line longer than ``MAX_QUARANTINED_LINE_CHARS`` is stored cut to
-  that length (its reason says so).
+  and re-sent, in a later file or later in the same one, it applies. A line longer than
+  ``MAX_QUARANTINED_LINE_CHARS`` is stored cut to that length (its reason says so).
 - Every run reports ``read = applied + duplicates + superseded + quarantined``, in total and per
   file (``IngestCounts``; also one ``ingested_files`` row per file).
 
@@ -106,6 +110,8 @@ import datetime as dt
 import functools
 import gzip
 import hashlib
+import heapq
+import itertools
 import json
 import logging
 import reprlib
@@ -118,7 +124,7 @@ from typing import Any, NamedTuple
 
 from recs import store
 from recs.config import Settings
-from recs.errors import RecsError
+from recs.errors import RecsError, StoreUnavailableError
 
 log = logging.getLogger("recs.ingest")
 
@@ -205,7 +211,9 @@ def _shown(value: Any) -> str:
 class TimeWindow(NamedTuple):
     """The ``event_time`` an event may have, as epoch microseconds (UTC), both ends inclusive:
     ``lowest_us`` (``ingest_min_event_time``) to ``highest_us`` (``now_us`` +
-    ``ingest_max_future_seconds``); ``now_us`` is the ingesting machine's clock."""
+    ``ingest_max_future_seconds``); ``now_us`` is the ingesting machine's clock. A window from
+    ``time_window`` (or ``within_datetime_range``) never reaches outside years 1-9999 UTC, the
+    times a ``datetime`` (and so the store) can hold."""
 
     lowest_us: int
     highest_us: int
@@ -215,12 +223,26 @@ class TimeWindow(NamedTuple):
 def time_window(settings: Settings, now: dt.datetime | None = None) -> TimeWindow:
     """The event_time window of an ingest run that starts at ``now`` (naive UTC, or aware; the
     wall clock if None: ingestion is an online path, and the bound is about this machine's
-    clock). See ``Settings.ingest_max_future_seconds`` for why there is an upper bound."""
+    clock). See ``Settings.ingest_max_future_seconds`` for why there is an upper bound (and
+    why it is finite: at most 10 years). Cut to years 1-9999 UTC (``within_datetime_range``)."""
     if now is None:
         now = dt.datetime.now(dt.UTC)
     now_us = _micros(now)
-    future_us = round(settings.ingest_max_future_seconds * 1_000_000)
-    return TimeWindow(_micros(settings.ingest_min_event_time), now_us + future_us, now_us)
+    future_us = round(settings.ingest_max_future_seconds * 1_000_000)  # finite: <= 10 years
+    return within_datetime_range(
+        TimeWindow(_micros(settings.ingest_min_event_time), now_us + future_us, now_us)
+    )
+
+
+def within_datetime_range(window: TimeWindow) -> TimeWindow:
+    """``window`` cut to years 1-9999 UTC (``datetime.min`` .. ``datetime.max``), so an
+    event_time inside it always converts to a ``datetime``: ``9999-12-31T23:59:59-05:00``
+    (year 10000 in UTC) is quarantined as out of range however far ahead the window reaches,
+    instead of failing the batch when the store's timestamp is formatted."""
+    lowest, highest, now = window
+    if _MIN_US <= lowest and highest <= _MAX_US:
+        return window
+    return TimeWindow(max(lowest, _MIN_US), min(highest, _MAX_US), now)
 
 
 def _micros(moment: dt.datetime) -> int:
@@ -463,10 +485,23 @@ def validate_event(
     """One decoded line (a JSON object or a Parquet row as a dict) as an ``Event``.
 
     ``window``: the event_time window (``time_window``; None: the process settings' window
-    at the wall clock, computed per call, so pass one when validating many). Raises
-    ``Rejected`` whose message is the quarantine reason (``<code>: <detail>``, codes in
+    at the wall clock, computed per call, so pass one when validating many); an event_time
+    outside years 1-9999 UTC is rejected whatever the window (``within_datetime_range``).
+    Raises ``Rejected`` whose message is the quarantine reason (``<code>: <detail>``, codes in
     ``QUARANTINE_REASONS``). Whether the users exist is checked when the event is applied.
     """
+    if window is None:
+        from recs.config import get_settings
+
+        window = time_window(get_settings())
+    return _checked_event(record, line_number, line, within_datetime_range(window))
+
+
+def _checked_event(
+    record: Any, line_number: int, line: str | bytes | int, window: TimeWindow
+) -> Event:
+    """``validate_event`` with ``window`` already within years 1-9999 UTC (the per-line path:
+    ``read_events`` and ``apply_events`` cut the window once, not once per line)."""
     if not isinstance(record, dict):
         raise Rejected("malformed: not a JSON object")
     event_type = record.get("event_type")
@@ -481,10 +516,6 @@ def validate_event(
     if raw_time is None or raw_time == "":
         raise Rejected("missing_field: event_time")
     time_us = parse_time(raw_time, "event_time")
-    if window is None:
-        from recs.config import get_settings
-
-        window = time_window(get_settings())
     if time_us < window[0] or time_us > window[1]:
         raise _outside(time_us, window, raw_time)
     actor_id = _user_id(record, "actor_id")
@@ -517,9 +548,9 @@ def _validated(
     window: TimeWindow,
 ) -> Event | Quarantined:
     """``validate_event``, or the ``Quarantined`` entry for the line (``raw``: its text when
-    ``line`` is a byte offset)."""
+    ``line`` is a byte offset). ``window``: within years 1-9999 UTC (``within_datetime_range``)."""
     try:
-        return validate_event(record, line_number, line, window)
+        return _checked_event(record, line_number, line, window)
     except Rejected as rejected:
         reason = str(rejected)
     except RecursionError:  # a structure too deep to walk: never let it end the run
@@ -631,6 +662,7 @@ def read_events(
     ``Quarantined`` entry at line number 0, reason ``unreadable_file: ...``. ``offsets``: see
     ``_read_json_lines`` (Parquet rows always carry their text).
     """
+    window = within_datetime_range(window)
     unreadable: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError)
     try:
         if _suffix(path) == ".parquet":
@@ -712,6 +744,22 @@ def _sqlite_text(time_us: int | None) -> str | None:
     return f"{_sqlite_day(days)} {hours:02d}:{minutes:02d}:{seconds:02d}.{micros:06d}"
 
 
+def _display_url(url: str) -> str:
+    """``url`` with its password masked (``***``), for messages."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _one_line(error: BaseException, url: str) -> str:
+    """A driver error as one line, the password of ``url`` (if any) masked in it."""
+    from sqlalchemy.engine import make_url
+
+    message = " ".join(str(error).split()) or type(error).__name__
+    password = make_url(url).password
+    return message.replace(str(password), "***") if password else message
+
+
 _PAIR_TABLES = {
     "follow": ("follow_edges", "follower_id", "followee_id", "created_at"),
     "block": ("blocks", "blocker_id", "blocked_id", "created_at"),
@@ -730,18 +778,44 @@ class StoreSession:
     sets are array parameters joined through ``unnest``, and each write batch takes
     ``pg_advisory_xact_lock(ADVISORY_LOCK_KEY)``. Creates (or upgrades) the store's schema if a
     table or column is missing.
+
+    Raises ``StoreUnavailableError`` (one line, the URL's password masked) if the store cannot
+    be connected to: a server that is down, a bad password or database name, a SQLite file
+    that cannot be opened.
     """
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
+        from sqlalchemy.exc import DBAPIError
+
         self.url = url
         path = store.sqlite_path(url)
         if path and not path.startswith(":memory:") and not read_only:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise StoreUnavailableError(
+                    f"cannot create the folder of the live store {_display_url(url)}: "
+                    f"{error.strerror or error}"
+                ) from None
         self.engine = store.engine_for(url)
         self.backend = self.engine.dialect.name
-        if not read_only and not store.schema_is_current(self.engine):
-            store.create_schema(self.engine)
-        self._pooled = self.engine.raw_connection()
+        dbapi = self.engine.dialect.loaded_dbapi
+        try:
+            # raw_connection raises the driver's own exception (not wrapped by SQLAlchemy).
+            self._pooled = self.engine.raw_connection()
+        except (dbapi.OperationalError, dbapi.InterfaceError, DBAPIError) as error:
+            self.engine.dispose()
+            raise StoreUnavailableError(
+                f"cannot connect to the live store {_display_url(url)}: "
+                f"{_one_line(getattr(error, 'orig', None) or error, url)}"
+            ) from None
+        try:
+            if not read_only and not store.schema_is_current(self.engine):
+                store.create_schema(self.engine)
+        except BaseException:
+            self._pooled.close()
+            self.engine.dispose()
+            raise
         self.connection: Any = self._pooled.driver_connection
         self.postgres = self.backend == "postgresql"
         if not self.postgres:
@@ -1125,7 +1199,12 @@ class _Batch:
         self.dirty_users: set[int] = set()
         self.dirty_fields: set[tuple[int, str]] = set()
         self.interests: dict[int, tuple[str, ...]] = {}
-        self.duplicates = 0
+        self.duplicates = 0  # first copies whose event id an earlier batch recorded
+        # Later copies of an event id (file order), tried only if the copy before was
+        # quarantined; ``retried``: how many were tried (the rest are duplicates).
+        self.later = {event_id: list(copies) for event_id, copies in prepared.later.items()}
+        self.waiting: list[Event] = []  # a heap of copies waiting for their place in order
+        self.retried = 0
         self._load(prepared, prefetched)
 
     def _load(
@@ -1156,14 +1235,27 @@ class _Batch:
     # --- per event ---
 
     def run(self) -> None:
+        """Apply the events in ``(event_time, event_id)`` order.
+
+        A quarantined event is not seen (module doc): if its id has a later copy in the batch
+        (``PreparedBatch.later``), the next copy in file order is tried, at its own place in
+        that order if it is still ahead, else at once (an out-of-order arrival: last writer
+        wins settles it); the copies after the first that is not quarantined are duplicates.
+        The fast path pays one truth test per event for this (``waiting``) and one for each
+        quarantined event (``later``)."""
         seen = self.seen.append
+        later, waiting = self.later, self.waiting
         applied = superseded = 0
         for event in self.events:
+            if waiting and waiting[0] < event:
+                self._run_waiting(event)
             if event[4] is None:  # target_id: a user_upsert
                 outcome = self._upsert_user(event)
             else:
                 outcome = self._relationship(event)
             if outcome is _QUARANTINED:
+                if later and event[1] in later:
+                    self._wait_for_next_copy(event[1])
                 continue
             seen((event[1], event[0], outcome))
             if outcome is _APPLIED:
@@ -1172,6 +1264,38 @@ class _Batch:
                 superseded += 1
         self.counts.applied += applied
         self.counts.superseded += superseded
+        if waiting:
+            self._run_waiting(None)
+
+    def _wait_for_next_copy(self, event_id: str) -> None:
+        """Queue the next copy (file order) of ``event_id``, whose copy was just quarantined."""
+        copies = self.later[event_id]
+        copy = copies.pop(0)
+        if not copies:
+            del self.later[event_id]
+        self.retried += 1
+        heapq.heappush(self.waiting, copy)
+
+    def _run_waiting(self, before: Event | None) -> None:
+        """Try the waiting copies that sort before event ``before`` (all of them if None), in
+        ``(event_time, event_id)`` order. Ids are unique among the batch's first copies and at
+        most one copy of an id waits, so events compare by time and id alone."""
+        waiting = self.waiting
+        while waiting and (before is None or waiting[0] < before):
+            event = heapq.heappop(waiting)
+            if event[4] is None:
+                outcome = self._upsert_user(event)
+            else:
+                outcome = self._relationship(event)
+            if outcome is _QUARANTINED:
+                if event[1] in self.later:
+                    self._wait_for_next_copy(event[1])
+                continue
+            self.seen.append((event[1], event[0], outcome))
+            if outcome is _APPLIED:
+                self.counts.applied += 1
+            else:
+                self.counts.superseded += 1
 
     def _reject(self, event: Event, reason: str) -> None:
         time_us, event_id, _, _, _, _, line_number, line = event
@@ -1315,7 +1439,9 @@ class _Batch:
 
     # --- writing back ---
 
-    def write(self, source: str) -> None:
+    def write(self, source: str, sha256: Callable[[], str]) -> None:
+        """Write the changed rows back; quarantine rows under ``source`` and ``sha256()`` (called
+        only if there are any)."""
         session = self.session
         ts = "timestamp"
         session.insert_rows(
@@ -1360,7 +1486,8 @@ class _Batch:
             {"event_id": "text", "event_time_us": "bigint", "outcome": "text"},
             sorted(self.seen),  # in key order: neighbouring B-tree pages
         )
-        write_quarantine(session, source, self.quarantine)
+        if self.quarantine:
+            write_quarantine(session, source, sha256(), self.quarantine)
 
     def _write_relation(self, relation: str) -> None:
         """Rows that exist after the batch are upserted with their version; rows that no
@@ -1440,7 +1567,7 @@ def _storable(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-def _quarantine_row(source: str, entry: Quarantined) -> tuple[Any, ...]:
+def _quarantine_row(source: str, sha256: str, entry: Quarantined) -> tuple[Any, ...]:
     """One ``quarantined_events`` row: reason at most 512 characters (the column), a line
     longer than ``MAX_QUARANTINED_LINE_CHARS`` cut to that, and the reason saying so."""
     line, reason = entry.line, entry.reason
@@ -1450,22 +1577,34 @@ def _quarantine_row(source: str, entry: Quarantined) -> tuple[Any, ...]:
         )
         reason = reason[: 512 - len(note)] + note
         line = line[:MAX_QUARANTINED_LINE_CHARS]
-    return (source, entry.line_number, _storable(reason[:512]), _storable(line), entry.event_id)
+    return (
+        source,
+        sha256,
+        entry.line_number,
+        _storable(reason[:512]),
+        _storable(line),
+        entry.event_id,
+    )
 
 
-def write_quarantine(session: StoreSession, source: str, rows: Sequence[Quarantined]) -> None:
-    """Upsert quarantine rows of ``source`` (a re-ingested file replaces its earlier rows)."""
+def write_quarantine(
+    session: StoreSession, source: str, sha256: str, rows: Sequence[Quarantined]
+) -> None:
+    """Upsert quarantine rows of ``source`` whose content has hash ``sha256`` (hex): keyed by
+    ``(source, sha256, line_number)``, so the same bytes ingested again replace their earlier
+    rows and a new file under the same name adds its own."""
     session.insert_rows(
         "quarantined_events",
         {
             "source": "text",
+            "sha256": "text",
             "line_number": "bigint",
             "reason": "text",
             "line": "text",
             "event_id": "text",
         },
-        [_quarantine_row(source, entry) for entry in rows],
-        conflict=("source", "line_number"),
+        [_quarantine_row(source, sha256, entry) for entry in rows],
+        conflict=("source", "sha256", "line_number"),
     )
 
 
@@ -1476,6 +1615,7 @@ class PreparedBatch(NamedTuple):
     read: int
     quarantined: list[Quarantined]
     duplicates: int  # later copies of an event id within the batch
+    later: dict[str, list[Event]]  # those copies by event id, in file order
     events: list[Event]  # the first copy of each event id, by (event_time, event_id)
     user_ids: set[int]  # every actor and target
     pairs: dict[str, set[tuple[int, int]]]  # relation -> (source, target) keys to read
@@ -1484,18 +1624,26 @@ class PreparedBatch(NamedTuple):
 
 
 def prepare_batch(items: Sequence[Event | Quarantined], backend: str = "sqlite") -> PreparedBatch:
-    """Split validated lines (file order) into quarantined ones, in-batch duplicates (the first
-    copy of an ``event_id`` wins) and the events to apply, sorted by ``(event_time,
-    event_id)``; collect the keys the batch must read and format its event times for
-    ``backend`` (``sqlite``: text; otherwise ``datetime``)."""
+    """Split validated lines (file order) into quarantined ones, later copies of an
+    ``event_id`` (``later``: tried by ``apply_batch`` only if the copy before them is
+    quarantined when applied, else duplicates) and the events to apply (the first copy of each
+    id), sorted by ``(event_time, event_id)``; collect the keys the batch must read (the later
+    copies' too) and format its event times for ``backend`` (``sqlite``: text; otherwise
+    ``datetime``)."""
     quarantined: list[Quarantined] = []
     first: dict[str, Event] = {}
+    later: dict[str, list[Event]] = {}
     duplicates = 0
     for item in items:
         if type(item) is Quarantined:
             quarantined.append(item)
         elif item[1] in first:
             duplicates += 1
+            copies = later.get(item[1])
+            if copies is None:
+                later[item[1]] = [item]
+            else:
+                copies.append(item)
         else:
             first[item[1]] = item
     # Events compare as tuples, (time_us, event_id, ...), and the ids are unique here.
@@ -1504,7 +1652,8 @@ def prepare_batch(items: Sequence[Event | Quarantined], backend: str = "sqlite")
     upserted: set[int] = set()
     pairs: dict[str, set[tuple[int, int]]] = {relation: set() for relation in store.RELATIONS}
     follow_keys, block_keys = pairs["follow"], pairs["block"]
-    for _, _, kind, actor, target, *_ in events:
+    spares = [copy for copies in later.values() for copy in copies]
+    for _, _, kind, actor, target, *_ in itertools.chain(events, spares):
         user_ids.add(actor)
         if target is None:
             upserted.add(actor)
@@ -1520,9 +1669,9 @@ def prepare_batch(items: Sequence[Event | Quarantined], backend: str = "sqlite")
         else:
             pairs[relation].add((actor, target))
     stored = _sqlite_text if backend == "sqlite" else _datetime
-    stamps = {event[0]: stored(event[0]) for event in events}
+    stamps = {event[0]: stored(event[0]) for event in itertools.chain(events, spares)}
     return PreparedBatch(
-        len(items), quarantined, duplicates, events, user_ids, pairs, upserted, stamps
+        len(items), quarantined, duplicates, later, events, user_ids, pairs, upserted, stamps
     )
 
 
@@ -1533,19 +1682,28 @@ def apply_batch(
     *,
     line_at: Callable[[int], str] | None = None,
     prefetched: tuple[dict[str, Any], _Batch | None, int] | None = None,
+    sha256: str | Callable[[], str] | None = None,
 ) -> IngestCounts:
     """Apply one batch of validated lines in one transaction; returns its counts.
 
     ``items`` in file order (or already a ``PreparedBatch``): duplicates are decided in that
-    order (the first copy of an ``event_id`` wins), then the rest is applied in
-    ``(event_time, event_id)`` order. ``line_at`` turns an event's ``line`` given as a byte
-    offset (the parser process sends offsets, not lines) into the original line.
+    order (the first copy of an ``event_id`` that is not quarantined wins: ``_Batch.run``),
+    and the events are applied in ``(event_time, event_id)`` order. ``line_at`` turns an
+    event's ``line`` given as a byte offset (the parser process sends offsets, not lines)
+    into the original line.
     ``prefetched``: ``(state, previous batch, begin)``: the state read ahead by the parser
     process after write transaction ``begin`` of this session committed (``ingest_file``); it
     is used, updated with the previous batch's writes, only if no other connection has
     committed since (``StoreSession.quiet_since``), else the state is read again.
+    ``sha256``: the hex content hash of the input, recorded with each quarantine row of
+    ``source`` (``write_quarantine``): the file's (``ingest_file``), or a function computing it
+    only if the batch quarantines anything; None: the hash of the batch's own lines.
     """
     prepared = items if isinstance(items, PreparedBatch) else prepare_batch(items, session.backend)
+    if sha256 is None:
+        sha256 = functools.partial(_batch_sha256, prepared, line_at)
+    elif isinstance(sha256, str):
+        sha256 = functools.partial(str, sha256)
     counts = IngestCounts(read=prepared.read, duplicates=prepared.duplicates)
     session.begin(defer_lock=True)
     session.batch_begins.append(session.write_begins)
@@ -1553,11 +1711,11 @@ def apply_batch(
         prefetched = None  # another connection wrote since the read-ahead: read again
     try:
         batch = _Batch(session, prepared, line_at, prefetched and prefetched[:2])
-        counts.duplicates += batch.duplicates
         batch.run()
+        counts.duplicates += batch.duplicates - batch.retried
         batch.quarantine = prepared.quarantined + batch.quarantine
         with session.pipeline():
-            batch.write(source)
+            batch.write(source, sha256)
             session.commit()
     except BaseException:
         session.rollback()
@@ -1596,6 +1754,32 @@ def apply_events(
         for number, record in enumerate(records, start=1)
     ]
     return apply_batch(session, items, source)
+
+
+def _lines_sha256(lines: Iterable[str]) -> str:
+    """sha256 (hex) of lines, each followed by a newline (a JSON Lines file's bytes)."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", errors="surrogatepass"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _batch_sha256(prepared: PreparedBatch, line_at: Callable[[int], str] | None) -> str:
+    """The content hash ``quarantined_events.sha256`` records for a batch that is no file
+    (``apply_events``: one per call): ``_lines_sha256`` of its lines in line order, so a
+    re-sent batch replaces its own quarantine rows and another batch adds its own."""
+    entries = [(entry.line_number, entry.line) for entry in prepared.quarantined]
+    entries += [(event[6], event[7]) for event in prepared.events]
+    entries += [(event[6], event[7]) for copies in prepared.later.values() for event in copies]
+    entries.sort(key=lambda entry: entry[0])
+
+    def text(line: str | bytes | int) -> str:
+        if type(line) is int:  # a byte offset (from the parser process)
+            return line_at(line) if line_at else str(line)
+        return line_text(line)
+
+    return _lines_sha256(text(line) for _, line in entries)
 
 
 # --- files and runs ------------------------------------------------------------------------------
@@ -1668,7 +1852,10 @@ def parse_worker_main() -> None:
                     for user, row in state["users"].items()
                 }
             # Plain tuples unpickle 3.5x faster than named ones; the batch code indexes them.
-            plain = prepared._replace(events=[tuple(event) for event in prepared.events])
+            plain = prepared._replace(
+                events=[tuple(event) for event in prepared.events],
+                later={key: [tuple(c) for c in copies] for key, copies in prepared.later.items()},
+            )
             pickle.dump(("batch", plain, state), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         pickle.dump(("done", None, None), out)
@@ -1768,8 +1955,13 @@ def ingest_file(
     connection, while this process applies the batch before (``_overlaid`` brings it up to
     date; it is discarded if another connection wrote meanwhile). The result is the same
     either way.
+
+    The file's sha256 is taken first: its quarantine rows are keyed by ``(source, sha256,
+    line_number)`` (``write_quarantine``) and its ``ingested_files`` row by ``(source,
+    sha256)``; ``source`` is the resolved path.
     """
     source = str(path.resolve())
+    digest = _sha256(path)
     counts = IngestCounts()
     plain_json = _suffix(path) != ".parquet" and not _is_gzip(path)
     if parse_in_worker is None:
@@ -1791,10 +1983,13 @@ def ingest_file(
             # Read after the batch before the previous one committed (the worker waits for
             # our acknowledgement of the previous one): valid if nobody else wrote since.
             prefetched = (state, session.last_batch, session.batch_begins[-2])
-        counts.add(apply_batch(session, prepared, source, line_at=line_at, prefetched=prefetched))
+        counts.add(
+            apply_batch(
+                session, prepared, source, line_at=line_at, prefetched=prefetched, sha256=digest
+            )
+        )
         if progress is not None:
             progress(f"{path.name}: {counts.read:,} events")
-    digest = _sha256(path)
     session.begin()
     try:
         session.execute(
@@ -1901,12 +2096,13 @@ def ingest_landing(
     settings: Settings,
     files: Iterable[str | Path] | None = None,
     *,
+    batch_events: int = BATCH_EVENTS,
     progress: ProgressCallback | None = None,
     now: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """Ingest the landing folder's pending files (or the given ones), then move each into
     ``landing/ingested/`` (the ``recs_ingest_events`` DAG task and ``recs ingest --landing``).
-    ``now``: as in ``ingest_paths``.
+    ``batch_events`` and ``now``: as in ``ingest_paths``.
 
     Files that vanished since they were listed (another run took them) are skipped. Rerunning
     after a crash is safe: a file not yet moved is ingested again, its applied events count as
@@ -1914,7 +2110,7 @@ def ingest_landing(
     """
     chosen = pending_files(settings) if files is None else [Path(f) for f in files]
     chosen = [path for path in chosen if path.is_file()]
-    result = ingest_paths(chosen, settings, progress=progress, now=now)
+    result = ingest_paths(chosen, settings, batch_events=batch_events, progress=progress, now=now)
     archive = landing_dir(settings) / INGESTED_DIR
     archive.mkdir(parents=True, exist_ok=True)
     archived = []

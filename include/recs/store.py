@@ -207,14 +207,19 @@ quarantined_events = Table(
     "quarantined_events",
     metadata,
     Column("source", String(1024), nullable=False),
+    Column("sha256", String(64), nullable=False),
     Column("line_number", BigInteger, nullable=False),
     Column("reason", String(512), nullable=False),
     Column("line", Text, nullable=False),
     Column("event_id", String(128), nullable=True),
-    PrimaryKeyConstraint("source", "line_number", name="pk_quarantined_events"),
+    PrimaryKeyConstraint("source", "sha256", "line_number", name="pk_quarantined_events"),
 )
-"""One row per rejected input line: the file, its 1-based line (Parquet: row) number, why, and
-the original text (Parquet: the row as JSON). Line 0 stands for a file that cannot be read."""
+"""One row per rejected input line: the file, its content's sha256 (as in ``ingested_files``:
+join on ``source, sha256``), its 1-based line (Parquet: row) number, why, and the original text
+(Parquet: the row as JSON). Line 0 stands for a file that cannot be read. A new file under an
+old name (a daily ``landing/events.jsonl``) has another hash, so it never overwrites the rows
+of the one before; the same bytes ingested again replace their own rows. ``sha256`` is ``''``
+for rows kept from a store keyed by ``(source, line_number)`` alone (``_rekey_quarantine``)."""
 
 ingested_files = Table(
     "ingested_files",
@@ -308,7 +313,9 @@ def create_schema(engine: Engine, *, drop_existing: bool = False) -> None:
 
     Idempotent unless ``drop_existing``, which drops the store's tables first. A store created
     before the ingestion tables existed gets them added (empty: run ``recs reconcile --repair``
-    to fill ``user_follow_counts`` from its edges).
+    to fill ``user_follow_counts`` from its edges); a ``quarantined_events`` keyed by
+    ``(source, line_number)`` is rebuilt with the ``(source, sha256, line_number)`` key, its
+    rows kept with sha256 ``''``.
     """
     dialect = engine.dialect.name
     tables = tables_for(dialect)
@@ -316,7 +323,10 @@ def create_schema(engine: Engine, *, drop_existing: bool = False) -> None:
         if drop_existing:
             connection.exec_driver_sql(f"DROP VIEW IF EXISTS {MUTUAL_FOLLOWS_VIEW}")
             metadata.drop_all(connection, tables=tables)
+        old_quarantine = _set_aside_old_quarantine(connection)
         metadata.create_all(connection, tables=tables)
+        if old_quarantine:
+            _rekey_quarantine(connection, old_quarantine)
         for table, column in _missing_columns(connection):
             # A store created before the column existed: add it (every added column is
             # nullable; PostgreSQL adds it to every partition).
@@ -328,6 +338,44 @@ def create_schema(engine: Engine, *, drop_existing: bool = False) -> None:
             for statement in _postgres_ddl():
                 connection.exec_driver_sql(statement)
         _create_view(connection)
+
+
+_OLD_QUARANTINE = "quarantined_events_unkeyed"
+
+
+def _set_aside_old_quarantine(connection: Connection) -> str | None:
+    """A ``quarantined_events`` keyed by ``(source, line_number)`` alone (no ``sha256``: a
+    store from before files were told apart by hash) is renamed ``_OLD_QUARANTINE`` (and,
+    on PostgreSQL, its primary key dropped: the name is the new table's); returns that name,
+    or None if there is nothing to set aside. A primary key cannot be changed in place on
+    SQLite, so the table is rebuilt the same way on both backends."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(connection)
+    present = set(inspector.get_table_names())
+    if _OLD_QUARANTINE in present:  # an upgrade interrupted after the rename (SQLite DDL)
+        return _OLD_QUARANTINE
+    if "quarantined_events" not in present:
+        return None
+    if any(c["name"] == "sha256" for c in inspector.get_columns("quarantined_events")):
+        return None
+    connection.exec_driver_sql(f"ALTER TABLE quarantined_events RENAME TO {_OLD_QUARANTINE}")
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(
+            f"ALTER TABLE {_OLD_QUARANTINE} DROP CONSTRAINT IF EXISTS pk_quarantined_events"
+        )
+    return _OLD_QUARANTINE
+
+
+def _rekey_quarantine(connection: Connection, old: str) -> None:
+    """Copy the rows of the set-aside quarantine table ``old`` into the new one (sha256
+    ``''``: unknown) and drop it."""
+    connection.exec_driver_sql(
+        "INSERT INTO quarantined_events (source, sha256, line_number, reason, line, event_id) "
+        f"SELECT source, '', line_number, reason, line, event_id FROM {old} "  # noqa: S608
+        "WHERE true ON CONFLICT DO NOTHING"  # WHERE: SQLite would read ON as a join's
+    )
+    connection.exec_driver_sql(f"DROP TABLE {old}")
 
 
 def _missing_columns(connection: Connection) -> list[tuple[Table, Column]]:
@@ -351,6 +399,8 @@ def schema_is_current(engine: Engine) -> bool:
     with engine.connect() as connection:
         present = set(inspect(connection).get_table_names())
         if any(table.name not in present for table in tables_for(engine.dialect.name)):
+            return False
+        if _OLD_QUARANTINE in present:
             return False
         return not _missing_columns(connection)
 

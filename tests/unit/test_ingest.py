@@ -916,3 +916,289 @@ def test_parquet_values_python_cannot_represent_quarantine_only_their_row(live, 
     assert json.loads(rows[0][2])["event_id"] == "p1"
     assert rows[1][1].startswith("bad_time: event_time 9999-12-31T23:59:59Z is more than ")
     assert live.edges() == {(1, 2): "active", (1, 3): "active"}
+
+
+# --- second adversarial review: window overflow, rescued duplicates, quarantine keys, CLI ---------
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf", "nan", "315360001"])
+def test_the_future_window_setting_is_finite_and_at_most_ten_years(monkeypatch, value):
+    """``RECS_INGEST_MAX_FUTURE_SECONDS=inf`` (or ``1e400``, which parses to inf) used to pass
+    validation and end ``recs ingest`` in ``OverflowError: cannot convert float infinity to
+    integer``. The setting is finite, 0 .. 315,360,000 s (10 years of 365 days): each value
+    here is refused by ``Settings``; the bound itself is accepted."""
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("RECS_INGEST_MAX_FUTURE_SECONDS", value)
+    with pytest.raises(ValidationError, match="ingest_max_future_seconds"):
+        Settings()
+    monkeypatch.setenv("RECS_INGEST_MAX_FUTURE_SECONDS", "315360000")
+    assert Settings().ingest_max_future_seconds == 315_360_000
+
+
+def test_cli_refuses_an_infinite_future_window_in_one_line(tmp_path, monkeypatch, capsys):
+    """``RECS_INGEST_MAX_FUTURE_SECONDS=inf recs ingest f.jsonl``: exit 2, one line naming the
+    setting (it was an ``OverflowError`` traceback)."""
+    from recs import cli
+    from recs.config import get_settings
+
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RECS_INGEST_MAX_FUTURE_SECONDS", "inf")
+    monkeypatch.delenv("RECS_STORE_URL", raising=False)
+    path = write_jsonl(tmp_path / "f.jsonl", USERS)
+    get_settings.cache_clear()
+    try:
+        code = cli.main(["ingest", str(path)])
+    finally:
+        get_settings.cache_clear()
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "recs: error: invalid setting ingest_max_future_seconds: Input should be a finite number"
+    ]
+
+
+@pytest.mark.parametrize("in_worker", [False, True], ids=["in-process", "parser-process"])
+def test_event_times_outside_years_1_to_9999_utc_are_quarantined_whatever_the_window(
+    live, in_worker
+):
+    """The clock is at 9999-12-31T23:00Z and the window as wide as the settings allow around
+    it (``ingest_max_future_seconds`` 86,400, ``ingest_min_event_time`` 0001-01-01), so the
+    window reaches past 9999-12-31T23:59:59.999999, the last UTC time the store can hold:
+
+    1. follow 1->2 at ``9999-12-31T23:59:59-05:00`` = 10000-01-01T04:59:59 UTC: inside the
+       window, outside what a ``datetime`` holds (it used to end the whole run in
+       ``OverflowError: date value out of range``): quarantined, ``bad_time`` out of range.
+    2. follow 1->3 at ``0001-01-01T00:00:00+05:00`` (before year 1 in UTC): quarantined alike.
+    3. follow 2->3 at ``9999-12-31T23:59:59Z``: in range and in the window: applied.
+
+    read 3 = applied 1 + quarantined 2; edge 2->3.
+    """
+    settings = Settings(
+        home=live.settings.home,
+        store_url=live.settings.store_url,
+        ingest_max_future_seconds=86_400,
+        ingest_min_event_time=dt.datetime(1, 1, 1),
+    )
+    live.settings = settings
+    lines = [
+        {**event("y10k", "follow", 0, 1, 2), "event_time": "9999-12-31T23:59:59-05:00"},
+        {**event("y0", "follow", 0, 1, 3), "event_time": "0001-01-01T00:00:00+05:00"},
+        {**event("last", "follow", 0, 2, 3), "event_time": "9999-12-31T23:59:59Z"},
+    ]
+    result = live.ingest(lines, now=dt.datetime(9999, 12, 31, 23, 0), parse_in_worker=in_worker)
+    assert counted(result) == (3, 1, 0, 0, 2)
+    assert live.query("SELECT reason FROM quarantined_events ORDER BY line_number") == [
+        ("bad_time: event_time is out of range: '9999-12-31T23:59:59-05:00'",),
+        ("bad_time: event_time is out of range: '0001-01-01T00:00:00+05:00'",),
+    ]
+    assert live.edges() == {(2, 3): "active"}
+
+
+def test_a_time_window_never_reaches_past_what_a_datetime_holds():
+    """``time_window`` at 9999-12-31T23:00 with 10 years ahead: the upper bound is
+    9999-12-31T23:59:59.999999 (``datetime.max``) in epoch µs, not 10 years later; a
+    hand-built wider window given to ``validate_event`` still quarantines year 10000 UTC."""
+    settings = Settings(ingest_max_future_seconds=315_360_000)
+    window = ingest.time_window(settings, dt.datetime(9999, 12, 31, 23, 0))
+    assert window.highest_us == (dt.datetime.max - dt.datetime(1970, 1, 1)) // dt.timedelta(
+        microseconds=1
+    )
+    wide = ingest.TimeWindow(0, window.highest_us * 2, window.now_us)
+    record = {**event("y10k", "follow", 0, 1, 2), "event_time": "9999-12-31T23:59:59-05:00"}
+    with pytest.raises(ingest.Rejected, match="bad_time: event_time is out of range"):
+        ingest.validate_event(record, 1, "", wide)
+
+
+@pytest.mark.parametrize("in_worker", [False, True], ids=["in-process", "parser-process"])
+def test_a_quarantined_copy_of_an_event_id_is_not_seen_and_a_later_copy_applies(live, in_worker):
+    """A quarantined event is not recorded as seen, so a later line with the same id is not
+    its duplicate: the copies of an id are tried in file order, the first one that is not
+    quarantined wins, and a copy is tried at its own place in (event_time, event_id) order
+    (at once if that place is already past). Users 1..6 exist; 7 does not, yet.
+
+    ====  ======================================  ==========================================
+    line  event                                    outcome
+    ====  ======================================  ==========================================
+    1     X follow 1->99 at m1                     quarantined (no user 99)
+    2     X follow 1->2 at m2                      applied (X was not seen): edge 1->2
+    3     X follow 1->3 at m3                      duplicate (X applied on line 2)
+    4     Y follow 2->98 at m1                     quarantined
+    5     Y follow 2->98 at m1 (line 4 again)      quarantined too: nothing was seen to repeat
+    6     Z follow 3->97 at m5                     quarantined
+    7     Z follow 3->1 at m0.5                    applied late (its place, m0.5, is past when
+                                                   line 6 fails at m5): edge 3->1
+    8     Q follow 5->7 at m1                      quarantined: user 7 is created at m4
+    9     user_upsert 7 at m4                      applied: creates user 7
+    10    Q follow 5->7 at m10                     applied at its own place, m10, after user 7
+                                                   exists (at line 8's place it would fail)
+    ====  ======================================  ==========================================
+
+    read 10 = applied 4 (lines 2, 7, 9, 10) + duplicates 1 (line 3) + quarantined 5 (lines 1,
+    4, 5, 6, 8). Edges 1->2, 3->1, 5->7; X, Z and Q recorded in ``ingested_events``, Y not.
+    (Before: line 2 was counted a duplicate of line 1, and X never applied.)
+    """
+    lines = [
+        event("X", "follow", 1, 1, 99),
+        event("X", "follow", 2, 1, 2),
+        event("X", "follow", 3, 1, 3),
+        event("Y", "follow", 1, 2, 98),
+        event("Y", "follow", 1, 2, 98),
+        event("Z", "follow", 5, 3, 97),
+        event("Z", "follow", 0.5, 3, 1),
+        event("Q", "follow", 1, 5, 7),
+        event("user-7", "user_upsert", 4, 7),
+        event("Q", "follow", 10, 5, 7),
+    ]
+    result = live.ingest(lines, parse_in_worker=in_worker)
+    assert counted(result) == (10, 4, 1, 0, 5)
+    assert live.edges() == {(1, 2): "active", (3, 1): "active", (5, 7): "active"}
+    quarantined = live.query("SELECT line_number FROM quarantined_events ORDER BY 1")
+    assert quarantined == [(1,), (4,), (5,), (6,), (8,)]
+    recorded = live.query(
+        "SELECT event_id FROM ingested_events WHERE event_id IN ('X', 'Y', 'Z', 'Q') ORDER BY 1"
+    )
+    assert recorded == [("Q",), ("X",), ("Z",)]
+    assert ingest.reconcile_counts(live.settings)["users_drifted"] == 0
+    # The same file again: 8 duplicates (every copy of X, Z, Q and user-7: all recorded) and
+    # lines 4 and 5 quarantined again (Y was never seen; there is still no user 98).
+    again = live.ingest(lines, parse_in_worker=in_worker)
+    assert counted(again) == (10, 0, 8, 0, 2)
+
+
+def test_a_new_file_under_an_old_name_keeps_the_old_files_quarantine_rows(live):
+    """Two days drop ``events.jsonl`` into the landing folder, each with a bad line 1 and a
+    follow on line 2. Quarantine rows are keyed by (source, sha256, line_number): day 2's
+    line 1 (``unknown_type``) does not overwrite day 1's (``missing_field``); each row's sha256
+    is its file's in ``ingested_files``. Re-ingesting day 2's exact bytes (same source, same
+    hash) replaces its own row: still 2 rows. ``apply_events`` keys its rows by the hash of
+    its lines: two calls with a bad first event leave two ``<api>`` rows.
+    """
+    landing = ingest.landing_dir(live.settings)
+    landing.mkdir(parents=True)
+    days = [
+        ['{"event_id": "d1"}', event("f1", "follow", 1, 1, 2)],
+        [event("d2", "poke", 2, 1, 2), event("f2", "follow", 2, 2, 1)],
+    ]
+    for lines in days:
+        write_jsonl(landing / "events.jsonl", lines)
+        assert counted(ingest.ingest_landing(live.settings)) == (2, 1, 0, 0, 1)
+    source = str((landing / "events.jsonl").resolve())
+    assert live.query("SELECT source, line_number, reason FROM quarantined_events ORDER BY 3") == [
+        (source, 1, "missing_field: event_type"),
+        (source, 1, "unknown_type: 'poke'"),
+    ]
+    rows = live.query(
+        "SELECT q.source, q.line_number, q.reason, f.read FROM quarantined_events AS q "
+        "INNER JOIN ingested_files AS f ON f.source = q.source AND f.sha256 = q.sha256 "
+        "ORDER BY q.reason"
+    )
+    assert rows == [
+        (source, 1, "missing_field: event_type", 2),
+        (source, 1, "unknown_type: 'poke'", 2),
+    ]
+    archived = sorted((landing / "ingested").iterdir())
+    assert len(archived) == 2
+    replay = archived[1] if "poke" in archived[1].read_text() else archived[0]
+    (landing / "events.jsonl").write_bytes(replay.read_bytes())
+    assert counted(ingest.ingest_landing(live.settings)) == (2, 0, 1, 0, 1)
+    assert live.query("SELECT COUNT(*) FROM quarantined_events") == [(2,)]
+    session = ingest.StoreSession(live.settings.live_store_url)
+    try:
+        for target in (97, 96):
+            bad = event(f"api-{target}", "follow", 3, 1, target)
+            assert ingest.apply_events(session, [bad]).quarantined == 1
+    finally:
+        session.close()
+    api_rows = live.query(
+        "SELECT line_number, reason FROM quarantined_events WHERE source = '<api>' ORDER BY 2"
+    )
+    assert api_rows == [
+        (1, "unknown_user: target_id 96 does not exist"),
+        (1, "unknown_user: target_id 97 does not exist"),
+    ]
+
+
+def test_a_quarantine_table_keyed_the_old_way_is_rekeyed_in_place(store_url, tmp_path):
+    """A store whose ``quarantined_events`` has no ``sha256`` column and the old key (source,
+    line_number), holding one row: the first ingest rebuilds the table with the new key, keeps
+    that row (sha256 ``''``: recorded before files were told apart by hash) and adds its own
+    (a bad line 1 of a file with the old row's source: no conflict)."""
+    engine = store.engine_for(store_url)
+    store.create_schema(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE quarantined_events")
+        connection.exec_driver_sql(
+            "CREATE TABLE quarantined_events (source VARCHAR(1024) NOT NULL, line_number BIGINT "
+            "NOT NULL, reason VARCHAR(512) NOT NULL, line TEXT NOT NULL, event_id VARCHAR(128), "
+            "CONSTRAINT pk_quarantined_events PRIMARY KEY (source, line_number))"
+        )
+    assert not store.schema_is_current(engine)
+    live = Store(Settings(home=tmp_path / "home", store_url=store_url), tmp_path)
+    source = str((tmp_path / "events-01.jsonl").resolve())
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO quarantined_events VALUES (:source, 1, 'malformed: old', 'x', NULL)"),
+            {"source": source},
+        )
+    engine.dispose()
+    live.ingest(['{"event_id": "bad"}', *USERS])
+    rows = live.query("SELECT sha256, line_number, reason FROM quarantined_events ORDER BY 3")
+    assert [(r[0] == "", r[1], r[2]) for r in rows] == [
+        (True, 1, "malformed: old"),
+        (False, 1, "missing_field: event_type"),
+    ]
+    engine = store.engine_for(store_url)
+    assert store.schema_is_current(engine)
+    engine.dispose()
+
+
+def test_cli_ingest_into_an_unreachable_store_is_one_line_without_the_password(
+    tmp_path, monkeypatch, capsys
+):
+    """``RECS_STORE_URL=postgresql://postgres:s3cretpw@127.0.0.1:1/x recs ingest f.jsonl``
+    (nothing listens on port 1): exit 2 and one line ``recs: error: cannot connect to the live
+    store postgresql://postgres:***@127.0.0.1:1/x: ...``, the password masked (it was a
+    ``sqlalchemy.exc.OperationalError`` traceback)."""
+    from recs import cli
+    from recs.config import get_settings
+
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RECS_STORE_URL", "postgresql://postgres:s3cretpw@127.0.0.1:1/x")
+    path = write_jsonl(tmp_path / "f.jsonl", USERS)
+    get_settings.cache_clear()
+    try:
+        code = cli.main(["ingest", str(path)])
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    errors = [line for line in err if line.startswith("recs: error: ")]
+    assert len(errors) == 1 and len(err) == 1, err
+    assert errors[0].startswith(
+        "recs: error: cannot connect to the live store postgresql://postgres:***@127.0.0.1:1/x: "
+    )
+    assert "s3cretpw" not in errors[0]
+
+
+def test_cli_ingest_landing_honours_batch_events(sqlite_live, monkeypatch, capsys):
+    """``recs ingest --landing --batch-events 1``: the size reaches the ingest (it used to be
+    ignored). Observable: line 1 follows 1->7 at m2, line 2 creates user 7 at m1. In one batch
+    the upsert applies first (time order) and so does the follow: read 2 = applied 2. In
+    batches of one event the follow comes first, before user 7 exists: read 2 = applied 1 +
+    quarantined 1."""
+    from recs import cli
+    from recs.config import get_settings
+
+    lines = [event("late", "follow", 2, 1, 7), event("user-7", "user_upsert", 1, 7)]
+    landing = ingest.landing_dir(sqlite_live.settings)
+    landing.mkdir(parents=True)
+    monkeypatch.setenv("RECS_HOME", str(sqlite_live.settings.home))
+    monkeypatch.delenv("RECS_STORE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        write_jsonl(landing / "001.jsonl", lines)
+        assert cli.main(["ingest", "--landing", "--batch-events", "1", "--json"]) == 0
+    finally:
+        get_settings.cache_clear()
+    document = json.loads(capsys.readouterr().out)
+    assert counted(document) == (2, 1, 0, 0, 1)
