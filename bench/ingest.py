@@ -117,7 +117,8 @@ SNAPSHOT = textwrap.dedent(
     from recs import pipeline
     from recs.config import Settings
     from recs.runs import RunPaths
-    settings = Settings(home=sys.argv[1], store_url=sys.argv[2], snapshot_store_url=sys.argv[5],
+    standby = sys.argv[5] if sys.argv[5] != sys.argv[2] else None  # None: read the store itself
+    settings = Settings(home=sys.argv[1], store_url=sys.argv[2], snapshot_store_url=standby,
                         shard_count=16)
     paths = RunPaths.create(settings.home, "2026-11-01", sys.argv[3])
     started = time.monotonic()
