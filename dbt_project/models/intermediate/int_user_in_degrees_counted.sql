@@ -1,6 +1,8 @@
 -- A table, not a view like the other intermediate models: hub_accounts, candidate_profiles and
 -- this model's own three tests each read it, and as a view each recomputed the distinct count
--- over every follow edge (the largest aggregation of the build at 50 M edges).
+-- over every follow edge (the largest aggregation of the build at 50 M edges). Measured with
+-- `python bench/scale_run.py --reuse-store` (1 M users, 50 M edges): build_models 87.7 s, peak
+-- RSS 6.0 GB as a table, against 250.3 s, 8.6 GB as a view (an earlier session's run of it).
 {{ config(materialized='table') }}
 
 with
