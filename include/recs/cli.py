@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -160,6 +161,11 @@ def ingest(
     if landing == bool(paths):
         raise RecsError("give event files or folders to ingest, or --landing (not both)")
     batch_events = batch_events or _ingest.BATCH_EVENTS
+    from recs.datasets import sqlite_file
+
+    new_file = sqlite_file(settings.live_store_url)
+    if new_file is not None and Path(new_file).exists():
+        new_file = None
     if landing:
         result = _ingest.ingest_landing(settings, batch_events=batch_events, progress=_progress)
     else:
@@ -185,6 +191,12 @@ def ingest(
             err.print(f"quarantined by reason: {reasons} (table quarantined_events)")
 
     _emit(result, as_json, render)
+    if new_file is not None:  # e.g. recs run outside the repository: RECS_HOME is relative
+        err.print(
+            f"note: there was no live store at {Path(new_file).resolve()}: a new one was "
+            "created (set RECS_HOME or RECS_STORE_URL to use an existing store)",
+            highlight=False,
+        )
 
 
 @app.command("reconcile")

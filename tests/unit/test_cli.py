@@ -194,3 +194,25 @@ def test_generate_graph_on_a_missing_store_creates_nothing_before_generating(rec
     code, _out, err = recs("generate-graph", "--users", "10", "--json")
     assert code == 0, err
     assert (tmp_path / "home" / "live.db").exists()
+
+
+# --- ingest into a store that did not exist ------------------------------------------------------
+def test_ingest_says_when_it_created_a_new_live_store(recs, tmp_path):
+    """RECS_HOME has no live.db (e.g. recs run from another folder, RECS_HOME relative): the
+    ingest works (user 1 is created: read 1 = applied 1) and stderr says a new store was
+    created at that path; a second ingest into the now existing store says nothing of it."""
+    events = tmp_path / "e.jsonl"
+    events.write_text(
+        '{"event_id": "u1", "event_type": "user_upsert", "event_time": "2026-11-01T00:00:00Z",'
+        ' "actor_id": 1}\n'
+    )
+    store_file = (tmp_path / "home" / "live.db").resolve()
+    code, out, err = recs("ingest", str(events), "--json")
+    assert code == 0
+    assert '"applied": 1' in out
+    assert f"note: there was no live store at {store_file}: a new one was created" in " ".join(
+        err
+    )
+    code, _, err = recs("ingest", str(events), "--json")
+    assert code == 0
+    assert not any("no live store" in line for line in err)
