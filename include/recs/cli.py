@@ -76,13 +76,6 @@ def _progress(message: str) -> None:
     err.print(f"[dim]→ {message}[/dim]", highlight=False)
 
 
-def _refuse_non_empty_store(settings) -> None:
-    """``recs.datasets.refuse_non_empty_store`` on the live store, before any work."""
-    from recs.datasets import refuse_non_empty_store
-
-    refuse_non_empty_store(settings.live_store_url)
-
-
 @app.command("load-dataset")
 def load_dataset(
     name: Annotated[str, typer.Argument(help="slashdot, twitter-bofa or twitter-hershey.")],
@@ -90,12 +83,12 @@ def load_dataset(
     as_json: JsonOpt = False,
 ) -> None:
     """Load a real graph from ../shared/datasets into the live store (fields it lacks generated)."""
-    from recs.datasets import GENERATED_FIELDS
+    from recs.datasets import GENERATED_FIELDS, refuse_non_empty_store
     from recs.datasets import load_dataset as _load
 
     settings = _settings()
     if not replace:
-        _refuse_non_empty_store(settings)
+        refuse_non_empty_store(settings.live_store_url)
     summary = _load(name, settings, replace=replace, progress=_progress)
 
     def render(doc):
@@ -117,11 +110,12 @@ def generate_graph(
     as_json: JsonOpt = False,
 ) -> None:
     """Generate a synthetic power-law follow graph into the live store."""
+    from recs.datasets import refuse_non_empty_store
     from recs.synthetic import generate_graph as _generate
 
     settings = _settings()
     if not replace:
-        _refuse_non_empty_store(settings)
+        refuse_non_empty_store(settings.live_store_url)
     summary = _generate(
         users,
         seed,

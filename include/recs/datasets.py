@@ -844,7 +844,7 @@ def refuse_non_empty_store(url: str) -> None:
     if any(counts.values()):
         held = ", ".join(f"{count:,} {name}" for name, count in counts.items() if count)
         raise DatasetError(
-            f"the live store {_display_url(url)} is not empty ({held}): pass --replace "
+            f"the live store {store.display_url(url)} is not empty ({held}): pass --replace "
             "to drop and reload it"
         )
 
@@ -861,12 +861,6 @@ def _prepare_store(url: str, *, replace: bool) -> None:
         engine.dispose()
     if not replace:
         refuse_non_empty_store(url)
-
-
-def _display_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def write_store(
@@ -897,7 +891,7 @@ def write_store(
         backend = "postgresql"
     else:
         backend = _write_sqlalchemy(url, tables, progress)
-    return {"backend": backend, "url": _display_url(url)}
+    return {"backend": backend, "url": store.display_url(url)}
 
 
 def _report(progress: ProgressCallback | None, rows: TableRows, done: int) -> None:

@@ -744,22 +744,6 @@ def _sqlite_text(time_us: int | None) -> str | None:
     return f"{_sqlite_day(days)} {hours:02d}:{minutes:02d}:{seconds:02d}.{micros:06d}"
 
 
-def _display_url(url: str) -> str:
-    """``url`` with its password masked (``***``), for messages."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def _one_line(error: BaseException, url: str) -> str:
-    """A driver error as one line, the password of ``url`` (if any) masked in it."""
-    from sqlalchemy.engine import make_url
-
-    message = " ".join(str(error).split()) or type(error).__name__
-    password = make_url(url).password
-    return message.replace(str(password), "***") if password else message
-
-
 _PAIR_TABLES = {
     "follow": ("follow_edges", "follower_id", "followee_id", "created_at"),
     "block": ("blocks", "blocker_id", "blocked_id", "created_at"),
@@ -794,7 +778,7 @@ class StoreSession:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise StoreUnavailableError(
-                    f"cannot create the folder of the live store {_display_url(url)}: "
+                    f"cannot create the folder of the live store {store.display_url(url)}: "
                     f"{error.strerror or error}"
                 ) from None
         self.engine = store.engine_for(url)
@@ -806,8 +790,8 @@ class StoreSession:
         except (dbapi.OperationalError, dbapi.InterfaceError, DBAPIError) as error:
             self.engine.dispose()
             raise StoreUnavailableError(
-                f"cannot connect to the live store {_display_url(url)}: "
-                f"{_one_line(getattr(error, 'orig', None) or error, url)}"
+                f"cannot connect to the live store {store.display_url(url)}: "
+                f"{store.one_line(getattr(error, 'orig', None) or error, url)}"
             ) from None
         try:
             if not read_only and not store.schema_is_current(self.engine):

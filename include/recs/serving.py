@@ -95,6 +95,7 @@ from recs.contracts import GLOBAL_TAG
 from recs.errors import InvalidRequestError, StoreUnavailableError, UnknownUserError
 from recs.published import MANIFEST_FILE, check_version, current_version, shard_file
 from recs.sharding import shard_of
+from recs.store import one_line
 
 log = logging.getLogger("recs.serving")
 
@@ -280,7 +281,7 @@ class LiveStore:
                     "to where the live store is)"
                 ) from None
             raise StoreUnavailableError(
-                f"live store unavailable ({operation}): {_one_line(error)}"
+                f"live store unavailable ({operation}): {one_line(error, limit=300)}"
             ) from None
 
     def _read(self, operation: str, sql: str, params: Iterable[Any]) -> list[tuple]:
@@ -627,10 +628,6 @@ def _after(time_us: int, event_id: str, version: tuple[int, str] | None) -> int:
     return time_us
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300] or type(error).__name__
-
-
 # --- the published version ----------------------------------------------------------------------
 class BatchRow(NamedTuple):
     """One published row of a user's list (``RECOMMENDATION_SCHEMA``), best first. (A named
@@ -900,7 +897,7 @@ class VersionCache:
                         "cannot load published version %s (still serving %s): %s",
                         run_id,
                         self.active.run_id if self.active else "none",
-                        _one_line(error),
+                        one_line(error, limit=300),
                     )
                     return False
                 VERSION_LOAD_SECONDS.observe(time.perf_counter() - started)

@@ -169,12 +169,12 @@ def wait_for_standby(primary_url: str, standby_url: str, timeout_seconds: float)
     within ``timeout_seconds`` (replication stopped or far behind).
     """
     import psycopg
+    from sqlalchemy.engine import make_url
 
-    primary_shown, standby_shown = _display_url(primary_url), _display_url(standby_url)
+    primary_shown, standby_shown = store.display_url(primary_url), store.display_url(standby_url)
 
     def failed(role: str, shown: str, error: Exception) -> LiveStoreError:
-        message = " ".join(str(error).split())[:300]
-        return LiveStoreError(f"the {role} {shown} failed: {message}")
+        return LiveStoreError(f"the {role} {shown} failed: {store.one_line(error, limit=300)}")
 
     def connect(url: str, role: str, shown: str) -> psycopg.Connection:
         while True:
@@ -182,14 +182,14 @@ def wait_for_standby(primary_url: str, standby_url: str, timeout_seconds: float)
                 return psycopg.connect(store.libpq_url(url), autocommit=True, connect_timeout=10)
             except psycopg.Error as error:
                 # A database created on the primary moments ago exists on the standby only
-                # once its creation is replayed: retry that one error until the deadline.
-                missing = getattr(error, "sqlstate", None) == "3D000" or "does not exist" in str(
-                    error
-                )
+                # once its creation is replayed: retry that one error until the deadline
+                # (psycopg gives no SQLSTATE for a refused connection: match its message).
+                database = make_url(url).database
+                missing = f'database "{database}" does not exist' in str(error)
                 if missing and time.monotonic() - started <= timeout_seconds:
                     time.sleep(STANDBY_POLL_SECONDS)
                     continue
-                message = " ".join(str(error).split())[:300]
+                message = store.one_line(error, url, limit=300)
                 raise LiveStoreError(f"cannot connect to the {role} {shown}: {message}") from None
 
     identity = "SELECT pg_is_in_recovery(), system_identifier FROM pg_control_system()"
@@ -262,7 +262,7 @@ def snapshot_source(settings: Settings) -> tuple[str, dict[str, Any] | None]:
     if not url:
         return primary, None
     try:
-        _display_url(url)
+        store.display_url(url)
     except ArgumentError:
         raise LiveStoreError(
             "snapshot_store_url is not a database URL: expected "
@@ -271,7 +271,8 @@ def snapshot_source(settings: Settings) -> tuple[str, dict[str, Any] | None]:
     if not (_is_postgres(url) and _is_postgres(primary)):
         raise LiveStoreError(
             "snapshot_store_url must name a PostgreSQL hot standby of a PostgreSQL store_url "
-            f"(store_url: {_display_url(primary)}, snapshot_store_url: {_display_url(url)})"
+            f"(store_url: {store.display_url(primary)}, "
+            f"snapshot_store_url: {store.display_url(url)})"
         )
     return url, wait_for_standby(primary, url, settings.snapshot_standby_wait_seconds)
 
@@ -333,8 +334,6 @@ class _AdbcSqliteReader(_AdbcReader):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._connection: Any = None
-        self._cursor: Any = None
 
     def __enter__(self) -> _AdbcSqliteReader:
         if not Path(self.path).is_file():
@@ -417,8 +416,6 @@ class _AdbcPostgresReader(_AdbcReader):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._connection: Any = None
-        self._cursor: Any = None
 
     def __enter__(self) -> _AdbcPostgresReader:
         import adbc_driver_postgresql.dbapi as adbc
@@ -426,9 +423,9 @@ class _AdbcPostgresReader(_AdbcReader):
         try:
             self._connection = adbc.connect(store.libpq_url(self.url), autocommit=True)
         except Exception as error:  # noqa: BLE001 - one readable line for any connect failure
-            message = " ".join(str(error).split())
+            message = store.one_line(error, self.url)
             raise LiveStoreError(
-                f"cannot connect to the live store {_display_url(self.url)}: {message}"
+                f"cannot connect to the live store {store.display_url(self.url)}: {message}"
             ) from None
         cursor = self._cursor = self._connection.cursor()
         try:
@@ -442,7 +439,7 @@ class _AdbcPostgresReader(_AdbcReader):
         except BaseException:
             self._close()
             raise
-        self._require_tables(present, _display_url(self.url))
+        self._require_tables(present, store.display_url(self.url))
         return self
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
@@ -503,7 +500,7 @@ class _SqlAlchemyReader(_Reader):
         except BaseException:
             self._close()
             raise
-        self._require_tables(present, _display_url(self.url))
+        self._require_tables(present, store.display_url(self.url))
         return self
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
@@ -541,12 +538,6 @@ class _SqlAlchemyReader(_Reader):
 def _concat(frames: Iterator[pl.DataFrame]) -> pl.DataFrame:
     parts = list(frames)
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
-
-
-def _display_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def _conform(
@@ -706,9 +697,9 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         except (LiveStoreError, MemoryError):
             raise
         except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line, not a trace
-            message = " ".join(str(error).split())[:300]
+            message = store.one_line(error, url, limit=300)
             raise LiveStoreError(
-                f"reading the live store {_display_url(url)} failed (the run can be retried): "
+                f"reading the live store {store.display_url(url)} failed (the run can be retried): "
                 f"{message}"
             ) from error
     read_seconds = time.perf_counter() - started
@@ -735,7 +726,7 @@ def freeze_snapshot(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "shard_count": settings.shard_count,
         "store": {
             "backend": backend,
-            "url": _display_url(settings.live_store_url),
+            "url": store.display_url(settings.live_store_url),
             "read_from": "store" if standby is None else "standby",
         },
         "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},

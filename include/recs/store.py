@@ -280,6 +280,25 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def display_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``: what messages, logs and manifests show."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def one_line(error: BaseException, url: str | None = None, *, limit: int | None = None) -> str:
+    """A driver error as one line of text (whitespace runs collapsed; the class name if it has
+    no message), the password of ``url`` (if any) masked in it, cut to ``limit`` characters."""
+    from sqlalchemy.engine import make_url
+
+    message = " ".join(str(error).split()) or type(error).__name__
+    password = make_url(url).password if url else None
+    if password:
+        message = message.replace(str(password), "***")
+    return message[:limit] if limit else message
+
+
 def libpq_url(url: str) -> str:
     """A PostgreSQL SQLAlchemy URL as a libpq connection URI (for psycopg and ADBC)."""
     from sqlalchemy.engine import make_url
