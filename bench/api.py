@@ -4,7 +4,7 @@ What it does (``make bench-api``; ``--help`` for the knobs):
 
 1. Makes sure ``RECS_HOME`` holds a published Slashdot run (loads soc-Slashdot0902 and runs
    the pipeline for 2026-11-01 only if there is no live store / nothing published).
-2. Picks ``--users`` users per path by asking the read path itself (``serving.who_to_follow``
+2. Picks ``--users`` users per path by asking the read path itself (``read_path.who_to_follow``
    in this process, before the server starts): *batch* users are answered from the batch list,
    *cold_start* users from the cold-start path (new or thin accounts, or no batch row).
 3. Starts ``recs serve --workers N`` on 127.0.0.1 with a throwaway secret, waits for
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     secret = os.environ.get("RECS_API_JWT_SECRET") or secrets.token_hex(32)
     env = {**os.environ, "RECS_HOME": str(home), "RECS_API_JWT_SECRET": secret}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    from recs.auth import mint_token
+    from recs.serving.auth import mint_token
 
     token = mint_token(secret, 0, service=True, ttl_seconds=3600)
     base = f"http://127.0.0.1:{args.port}"
@@ -224,16 +224,18 @@ def _pick_users(settings, how_many: int, limit: int) -> tuple[list[int], list[in
     import numpy as np
     import pyarrow.parquet as pq
 
-    from recs import serving
     from recs.published import current_version
+    from recs.serving.live_store import LiveStore
+    from recs.serving.read_path import wall_clock, who_to_follow
+    from recs.serving.versions import load_current
 
     run_id = current_version(settings.published_dir)
     root = settings.published_dir / run_id
     with_rows = set()
     for path in sorted(root.glob("shard_id=*/recommendations.parquet")):
         with_rows.update(np.unique(pq.read_table(path, columns=["user_id"])["user_id"]).tolist())
-    store = serving.LiveStore(settings.live_store_url)
-    version = serving.load_current(settings, eager=True)
+    store = LiveStore(settings.live_store_url)
+    version = load_current(settings, eager=True)
     rng = random.Random(7)
     from sqlalchemy import select
 
@@ -249,14 +251,14 @@ def _pick_users(settings, how_many: int, limit: int) -> tuple[list[int], list[in
     engine.dispose()
     rng.shuffle(active)
     batch, cold = [], []
-    now = serving.wall_clock()
+    now = wall_clock()
     for user in active:
         if len(batch) >= how_many and len(cold) >= how_many:
             break
         wanted = "batch" if user in with_rows else "cold_start"
         if (len(batch) if wanted == "batch" else len(cold)) >= how_many:
             continue
-        document = serving.who_to_follow(
+        document = who_to_follow(
             user, limit, version=version, store=store, settings=settings, now=now
         )
         if document["items"]:

@@ -323,21 +323,23 @@ def recommend(
 ) -> None:
     """One user's who-to-follow list through the read path the API serves (batch list checked
     against the live store, or cold start), with score, mutual count and followed-by."""
-    from recs import serving
-    from recs.auth import parse_id
+    from recs.serving.auth import parse_id
+    from recs.serving.live_store import LiveStore
+    from recs.serving.read_path import parse_limit, wall_clock, who_to_follow
+    from recs.serving.versions import load_current
 
     user_id = parse_id(user_text, "user id")
     settings = _settings()
-    count = serving.parse_limit(limit, settings)
-    store = serving.LiveStore(settings.live_store_url, timeout_ms=settings.api_store_timeout_ms)
+    count = parse_limit(limit, settings)
+    store = LiveStore(settings.live_store_url, timeout_ms=settings.api_store_timeout_ms)
     try:
-        document = serving.who_to_follow(
+        document = who_to_follow(
             user_id,
             count,
-            version=serving.load_current(settings),
+            version=load_current(settings),
             store=store,
             settings=settings,
-            now=serving.wall_clock(),
+            now=wall_clock(),
         )
     finally:
         store.close()
@@ -384,8 +386,8 @@ def serve(
 ) -> None:
     """Serve the read API (uvicorn) from the published version CURRENT names and the live store;
     a new version is picked up without a restart. Needs RECS_API_JWT_SECRET."""
-    from recs.api import serve as _serve
-    from recs.auth import secret_of
+    from recs.serving.auth import secret_of
+    from recs.serving.server import serve as _serve
 
     settings = _settings()
     secret_of(settings)  # one-line error before anything starts if RECS_API_JWT_SECRET is unset
@@ -417,7 +419,7 @@ def token(
 ) -> None:
     """Mint a bearer token for the read API from RECS_API_JWT_SECRET (local use and tests).
     The token's subject is USER_ID."""
-    from recs.auth import MAX_TTL_SECONDS, mint_token, parse_id, secret_of
+    from recs.serving.auth import MAX_TTL_SECONDS, mint_token, parse_id, secret_of
 
     user_id = parse_id(user_text, "user id")
     if ttl is not None and not 1 <= ttl <= MAX_TTL_SECONDS:

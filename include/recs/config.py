@@ -115,7 +115,67 @@ class Settings(BaseSettings):
         0.5, exclude=True, gt=0.0, description="How often the API checks CURRENT for a version."
     )
     api_store_timeout_ms: int = Field(
-        2000, exclude=True, ge=0, description="SQLite busy timeout of the API's connections, ms."
+        2000,
+        exclude=True,
+        ge=0,
+        description="Longest wait on the live store, ms: for a pooled connection, a SQLite "
+        "lock (busy_timeout), a PostgreSQL statement (statement_timeout) or lock "
+        "(lock_timeout); a request gets 503 after twice this if the store does not answer at "
+        "all. 0: no bound.",
+    )
+    api_store_connections: int = Field(
+        8,
+        exclude=True,
+        ge=1,
+        le=256,
+        description="Live-store connections per API worker process, and the number of its "
+        "requests that use the store at once (the rest wait, within the store timeout). With "
+        "SQLite one more serves the reads run on the event loop.",
+    )
+    api_max_connections: int = Field(
+        1000,
+        exclude=True,
+        ge=1,
+        description="Open connections (or requests in progress) per worker process before new "
+        "requests are answered 503 at once (uvicorn's limit_concurrency).",
+    )
+    api_keepalive_timeout_seconds: int = Field(
+        5, exclude=True, ge=1, description="An idle keep-alive connection is closed after this."
+    )
+    api_max_header_bytes: int = Field(
+        16_384,
+        exclude=True,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request line plus headers, bytes; a larger request is answered 431 "
+        "and its connection closed before the rest is read.",
+    )
+    api_header_timeout_seconds: float = Field(
+        10.0,
+        exclude=True,
+        gt=0.0,
+        description="From a connection's opening, or a request's first byte, to the end of its "
+        "headers, s; a slower client gets 408 and its connection is closed.",
+    )
+    api_body_timeout_seconds: float = Field(
+        10.0,
+        exclude=True,
+        gt=0.0,
+        description="Longest wait for each chunk of a request body, s; then 408.",
+    )
+    api_state_dir: Path | None = Field(
+        None,
+        exclude=True,
+        description="Folder the worker processes of one `recs serve` share to agree on the "
+        "served version (recs.serving.coordination); `recs serve --workers N>1` makes a fresh "
+        "one. Unset: each process on its own.",
+    )
+    api_version_switch_timeout_seconds: float = Field(
+        120.0,
+        exclude=True,
+        gt=0.0,
+        description="How long the workers wait for one that has not loaded a new version "
+        "before serving it anyway (that worker then loads it on its next request).",
     )
     api_token_ttl_seconds: int = Field(
         3600,

@@ -32,6 +32,8 @@ Timestamps are stored as timezone-naive UTC ``DATETIME`` (ISO text in SQLite).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -307,12 +309,13 @@ def libpq_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def engine_for(url: str) -> Engine:
+def engine_for(url: str, **options: Any) -> Engine:
     """A SQLAlchemy engine for the live store; SQLite connections get WAL and a busy timeout.
 
-    ``postgresql://`` URLs get the psycopg (3) driver (``normalize_url``).
+    ``postgresql://`` URLs get the psycopg (3) driver (``normalize_url``); ``options`` go to
+    ``sqlalchemy.create_engine`` (pool sizes and timeouts, ``connect_args``).
     """
-    engine = create_engine(normalize_url(url), future=True)
+    engine = create_engine(normalize_url(url), **options)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

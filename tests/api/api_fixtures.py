@@ -36,10 +36,10 @@ import pytest
 from sqlalchemy import insert, text
 
 from recs import store as live
-from recs.auth import mint_token
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.published import shard_file
+from recs.serving.auth import mint_token
 from recs.sharding import shard_of
 
 SECRET = "test-secret-0123456789-abcdefghijklmnop"
@@ -282,7 +282,7 @@ def client(world):
     ``app.state.versions.refresh()`` after changing ``CURRENT``)."""
     from fastapi.testclient import TestClient
 
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     with TestClient(app) as test_client:

@@ -20,9 +20,11 @@ import pytest
 from api_fixtures import NOW, bearer
 from sqlalchemy import text
 
-from recs import ingest, serving, store
+from recs import ingest, store
 from recs.config import Settings
 from recs.errors import DismissalNotFoundError
+from recs.serving import read_path
+from recs.serving.live_store import LiveStore
 
 T0 = dt.datetime(2026, 10, 1, 12, 0)
 
@@ -51,7 +53,7 @@ class Live:
         self.folder = folder
         self.files = 0
         self.ingest([event(f"user-{u}", "user_upsert", T0, u) for u in (1, 2, 3)])
-        self.api = serving.LiveStore(settings.live_store_url)
+        self.api = LiveStore(settings.live_store_url)
 
     def ingest(self, events: list[dict]) -> tuple[int, int, int, int, int]:
         """(read, applied, duplicates, superseded, quarantined) of one file of ``events``."""
@@ -92,7 +94,7 @@ def test_api_dismissal_at_10_supersedes_an_ingested_undismiss_at_5(live):
     older than the dismissal, so it is superseded (read 1 = superseded 1) and 1->2 stays
     dismissed. An undismiss at m15 is newer: applied, the dismissal is gone.
     Before the fix the API row had no version and the m5 undismiss deleted it."""
-    created = serving.record_dismissal(live.api, 1, 2, at(10))
+    created = read_path.record_dismissal(live.api, 1, 2, at(10))
     assert created["created"] is True
     assert live.ingest([event("u5", "undismiss", at(5), 1, 2)]) == (1, 0, 0, 1, 0)
     assert live.dismissed() == {(1, 2)}
@@ -106,7 +108,7 @@ def test_api_undismissal_at_10_supersedes_an_ingested_dismiss_at_5(live):
     1->2 stays undismissed. A dismiss at m20 is newer: applied, dismissed again.
     Before the fix the API delete left no tombstone and the m5 dismiss resurrected the row."""
     assert live.ingest([event("d1", "dismiss", at(1), 1, 2)]) == (1, 1, 0, 0, 0)
-    serving.remove_dismissal(live.api, 1, 2, at(10))
+    read_path.remove_dismissal(live.api, 1, 2, at(10))
     assert live.dismissed() == set()
     assert live.ingest([event("d5", "dismiss", at(5), 1, 2)]) == (1, 0, 0, 1, 0)
     assert live.dismissed() == set()
@@ -120,10 +122,10 @@ def test_api_writes_leave_the_versions_ingestion_reads(live):
     version (m20, "api:dismiss"), as an ingested dismiss of an existing dismissal does. An
     API undismiss at m30: row deleted, tombstone (dismiss, 1, 3, m30, "api:undismiss").
     """
-    serving.record_dismissal(live.api, 1, 3, at(10))
+    read_path.record_dismissal(live.api, 1, 3, at(10))
     rows = live.query("SELECT event_time_us, event_id FROM dismissed_candidates")
     assert rows == [(micros(at(10)), "api:dismiss")]
-    again = serving.record_dismissal(live.api, 1, 3, at(20))
+    again = read_path.record_dismissal(live.api, 1, 3, at(20))
     assert again == {
         "user_id": 1,
         "candidate_id": 3,
@@ -132,7 +134,7 @@ def test_api_writes_leave_the_versions_ingestion_reads(live):
     }
     rows = live.query("SELECT event_time_us, event_id FROM dismissed_candidates")
     assert rows == [(micros(at(20)), "api:dismiss")]
-    serving.remove_dismissal(live.api, 1, 3, at(30))
+    read_path.remove_dismissal(live.api, 1, 3, at(30))
     assert live.dismissed() == set()
     tombstones = live.query(
         "SELECT relation, source_id, target_id, event_time_us, event_id "
@@ -147,9 +149,9 @@ def test_undismissing_nothing_is_404_and_writes_nothing(live):
     request let any token holder grow the table without bound). A dismiss at m5 that arrives
     afterwards therefore applies (read 1 = applied 1)."""
     with pytest.raises(DismissalNotFoundError, match="user 1 has not dismissed 2"):
-        serving.remove_dismissal(live.api, 1, 2, at(10))
+        read_path.remove_dismissal(live.api, 1, 2, at(10))
     with pytest.raises(DismissalNotFoundError, match="user 4242 has not dismissed 2"):
-        serving.remove_dismissal(live.api, 4242, 2, at(10))
+        read_path.remove_dismissal(live.api, 4242, 2, at(10))
     assert live.query("SELECT count(*) FROM relationship_tombstones") == [(0,)]
     assert live.ingest([event("d5", "dismiss", at(5), 1, 2)]) == (1, 1, 0, 0, 0)
     assert live.dismissed() == {(1, 2)}
@@ -163,7 +165,7 @@ def test_an_api_write_is_ordered_after_the_version_it_replaces(live):
     be superseded and silently lost). An ingested undismiss at m20 is then superseded.
     """
     assert live.ingest([event("u30", "undismiss", at(30), 1, 2)]) == (1, 1, 0, 0, 0)
-    assert serving.record_dismissal(live.api, 1, 2, at(10))["created"] is True
+    assert read_path.record_dismissal(live.api, 1, 2, at(10))["created"] is True
     rows = live.query("SELECT event_time_us, event_id FROM dismissed_candidates")
     assert rows == [(micros(at(30)) + 1, "api:dismiss")]
     assert live.ingest([event("u20", "undismiss", at(20), 1, 2)]) == (1, 0, 0, 1, 0)

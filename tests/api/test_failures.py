@@ -25,8 +25,8 @@ def test_unreachable_store_answers_503_for_reads_and_writes(world):
     (RECS_HOME relative to the working folder), the dismissal is 503, health stays 200."""
     from fastapi.testclient import TestClient
 
-    from recs.api import create_app
     from recs.config import Settings
+    from recs.serving.api import create_app
 
     missing = world.home / "gone.db"
     settings = Settings(
@@ -59,7 +59,7 @@ def test_store_going_down_never_shows_a_dismissed_account(client, monkeypatch):
     def broken():
         raise driver_error("disk I/O error")
 
-    monkeypatch.setattr(store, "_connection", broken)
+    monkeypatch.setattr(store._engine, "raw_connection", broken)  # every checkout fails
     for _ in range(3):
         response = client.get(WTF, headers=ME)
         assert response.status_code == 503

@@ -107,7 +107,7 @@ def _auth_header(user: int) -> tuple[bytes, bytes]:
 
 def test_oversize_content_length_is_refused_before_reading_any_body(world):
     """Content-Length 50,000,000: the app answers 413 without pulling a single body chunk."""
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     headers = [_auth_header(1), (b"content-type", b"application/json"),
@@ -119,7 +119,7 @@ def test_oversize_content_length_is_refused_before_reading_any_body(world):
 def test_streamed_body_is_cut_off_at_the_limit(world):
     """100 chunks of 1 KiB, no Content-Length: 413 after pulling at most 17 chunks (the 17th
     takes the total to 17,408 > 16,384 bytes), not all 100."""
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     headers = [_auth_header(1), (b"content-type", b"application/json")]
@@ -131,7 +131,7 @@ def test_streamed_body_is_cut_off_at_the_limit(world):
 def test_a_body_longer_than_its_content_length_is_still_cut_off(world):
     """Content-Length says 20 but the server keeps delivering (a chunked body overriding it):
     still 413 after 17 chunks of 1 KiB."""
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     headers = [_auth_header(1), (b"content-length", b"20")]
@@ -140,7 +140,7 @@ def test_a_body_longer_than_its_content_length_is_still_cut_off(world):
 
 
 def test_malformed_content_length_is_400(world):
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     headers = [_auth_header(1), (b"content-length", b"12abc")]
@@ -154,7 +154,7 @@ def test_body_limit_is_a_setting(world):
     """``api_max_body_bytes=32``: a 33-byte body is 413 naming 32 bytes, 20 bytes pass."""
     from fastapi.testclient import TestClient
 
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     settings = world.settings.model_copy(update={"api_max_body_bytes": 32})
     with TestClient(create_app(settings, clock=lambda: NOW, watch=False)) as small:
@@ -171,7 +171,7 @@ def test_body_limit_is_a_setting(world):
 def test_a_real_server_answers_413_without_waiting_for_the_body(world):
     """uvicorn on loopback; the client sends only the headers of a 50 MB POST and waits:
     the 413 arrives at once (the server did not wait to receive 50 MB)."""
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     app = create_app(world.settings, clock=lambda: NOW, watch=False)
     with running_server(app) as port:
@@ -267,7 +267,7 @@ def test_metrics_need_a_service_token(client):
 def test_metrics_can_be_made_public(world):
     from fastapi.testclient import TestClient
 
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     settings = world.settings.model_copy(update={"api_metrics_public": True})
     with TestClient(create_app(settings, clock=lambda: NOW, watch=False)) as open_client:

@@ -12,7 +12,7 @@ import datetime as dt
 import pytest
 from api_fixtures import NOW, bearer, candidates
 
-from recs import serving
+from recs.serving import filters
 
 ME = bearer(1)
 
@@ -27,7 +27,7 @@ def cap(request, monkeypatch):
     """Run a test twice: the user's exclusions fetched whole (cap 256) and asked per candidate
     list with IN (...) (cap 0, the path of users with many follows/blocks)."""
     if request.param == "per-id":
-        monkeypatch.setattr(serving, "FETCH_ALL_CAP", 0)
+        monkeypatch.setattr(filters, "FETCH_ALL_CAP", 0)
     return request.param
 
 
@@ -221,8 +221,8 @@ def test_cold_start_without_any_published_version(tmp_path, world):
     suspended)."""
     from fastapi.testclient import TestClient
 
-    from recs.api import create_app
     from recs.config import Settings
+    from recs.serving.api import create_app
 
     settings = Settings(
         home=world.home,

@@ -13,7 +13,7 @@ import httpx
 from api_fixtures import NOW, bearer, candidates, point_current, running_server
 from prometheus_client import REGISTRY
 
-from recs.serving import VersionCache
+from recs.serving.versions import VersionCache
 
 VA = {1: [(20, 5, [10]), (21, 4, [11]), (22, 3, [12])]}
 VB = {1: [(23, 5, [13]), (24, 4, [14])]}
@@ -24,7 +24,7 @@ def test_swap_under_concurrent_reads(world):
     """A real uvicorn server (watcher every 10 ms) and 4 reader threads while CURRENT flips
     between va and vb every 15 ms for ~1.5 s: every response is 200 and exactly the list of
     the run_id it names; both versions are seen."""
-    from recs.api import create_app
+    from recs.serving.api import create_app
 
     world.write_version("va", VA)
     world.write_version("vb", VB, current=False)

@@ -123,7 +123,7 @@ def test_token_ttl_at_the_bounds(recs):
 
 
 def test_mint_token_refuses_an_unbounded_ttl():
-    from recs.auth import mint_token
+    from recs.serving.auth import mint_token
 
     for ttl in (0, -1, 2_592_001):
         with pytest.raises(ValueError, match="ttl_seconds"):

@@ -180,7 +180,7 @@ def _verify(secret: str, token: str) -> tuple[Principal, float]:
     except jwt.ExpiredSignatureError:
         raise AuthenticationError("bearer token has expired") from None
     except jwt.InvalidTokenError as error:
-        raise AuthenticationError(f"invalid bearer token: {error}") from None
+        raise AuthenticationError(f"invalid bearer token: {_why(error)}") from None
     subject = claims["sub"]
     if not isinstance(subject, str) or not is_canonical_id(subject):
         raise AuthenticationError(f"invalid bearer token: subject {subject!r} is not a user id")
@@ -188,6 +188,29 @@ def _verify(secret: str, token: str) -> tuple[Principal, float]:
     if role not in ROLES:
         raise AuthenticationError(f"invalid bearer token: unknown role {role!r}")
     return Principal(user_id=int(subject), is_service=role == "service"), float(claims["exp"])
+
+
+_WHY = (
+    # Most specific first: several of PyJWT's classes derive from others.
+    (jwt.InvalidSignatureError, "the signature does not verify"),
+    (jwt.InvalidAlgorithmError, f"only {ALGORITHM} is accepted"),
+    (jwt.InvalidAudienceError, f"the audience must be {AUDIENCE!r}"),
+    (jwt.InvalidIssuerError, f"the issuer must be {ISSUER!r}"),
+    (jwt.ImmatureSignatureError, "not valid yet"),
+    (jwt.InvalidIssuedAtError, "the iat claim is not a time"),
+    (jwt.DecodeError, "not a well-formed JWT (header.payload.signature, base64url JSON)"),
+)
+
+
+def _why(error: jwt.InvalidTokenError) -> str:
+    """Our own words for why PyJWT refused a token: its messages can quote Python internals
+    (a codec's decoding error, a parser's position) that mean nothing to an API client."""
+    if isinstance(error, jwt.MissingRequiredClaimError):
+        return f"the {error.claim!r} claim is required"
+    for kind, reason in _WHY:
+        if isinstance(error, kind):
+            return reason
+    return "refused"
 
 
 def check_read(principal: Principal, user_id: int) -> None:

@@ -23,24 +23,33 @@ grows past the limit (``_BodyLimit``).
 Status codes: 400 malformed id, limit, body or Content-Length; 401 no/invalid/expired bearer
 token (with ``WWW-Authenticate: Bearer``); 403 a token for another user (``recs.auth`` rules),
 or a user token on /metrics; 404 unknown or inactive user, unknown candidate, no such
-dismissal; 413 request body over ``api_max_body_bytes``; 503 the live store failed a check
-that must not fail open (reads) or a write.
+dismissal; 408 a body chunk slower than ``api_body_timeout_seconds`` (and, from the server,
+headers slower than ``api_header_timeout_seconds``); 413 request body over
+``api_max_body_bytes``; 431 headers over ``api_max_header_bytes`` (``serving.server``); 503 the
+live store failed or timed out a check that must not fail open (reads) or a write, or too many
+connections (``api_max_connections``).
 
 Concurrency: handlers are ``async``. With the default SQLite live store a request's few point
 queries take tens of microseconds, less than a hop to a thread pool, so reads run on the event
-loop; with a networked store (``LiveStore.is_local`` false) they run in the thread pool. Writes
-(a dismissal waits for an fsync) always run in the thread pool. One worker process is one
-event loop; ``recs serve --workers N`` runs N processes (one per core), each with its own
-``VersionCache``, and the Prometheus client's multiprocess mode aggregates their metrics.
+loop; with a networked store (``LiveStore.is_local`` false) they run in a store thread pool of
+``api_store_connections`` threads, as writes always do (a dismissal waits for an fsync). Work in
+that pool that gets no answer within twice ``api_store_timeout_ms`` is answered 503 (a stopped
+server cannot enforce its own statement timeout); ``/healthz`` never touches the store. Each
+request holds one pooled connection at most, returned when it ends (``LiveStore.session``).
+One worker process is one event loop; ``recs serve --workers N`` runs N processes that agree on
+the served version (``serving.coordination``); Prometheus' multiprocess mode sums their metrics.
 
 Metrics: ``recs_api_request_duration_seconds{path,source}`` (histogram; ``path`` is the route
 template, ``source`` ``batch``/``cold_start`` or ``-``), ``recs_api_requests_total{path,method,
 status}`` and the serving counters (``recs.serving``: dropped by reason, cold starts by reason,
-fail-open checks, store errors, the loaded ``run_id``, version swaps and load failures).
+fail-open checks, store errors and reconnects, the loaded ``run_id``, version swaps and load
+failures, connections refused by the HTTP limits). ``/docs`` serves Swagger UI from local files
+(``fastapi-offline``), so it works without internet access.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -48,21 +57,17 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import msgspec
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from fastapi_offline import FastAPIOffline
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-from recs import serving
-from recs.auth import (
+from recs.config import Settings, get_settings
+from recs.errors import InvalidRequestError, RecsError, StoreUnavailableError
+from recs.serving import read_path
+from recs.serving.auth import (
     ID_RULE,
     VerifiedTokens,
     check_read,
@@ -71,26 +76,14 @@ from recs.auth import (
     parse_id,
     secret_of,
 )
-from recs.config import Settings, get_settings
-from recs.errors import InvalidRequestError, RecsError
+from recs.serving.coordination import SharedPointer
+from recs.serving.live_store import LiveStore
+from recs.serving.metrics import REQUEST_SECONDS, REQUESTS, STORE_ERRORS
+from recs.serving.versions import VersionCache
 
 log = logging.getLogger("recs.api")
 
 WHO_TO_FOLLOW_PATH = "/v1/users/{user_id}/who-to-follow"
-
-REQUEST_SECONDS = Histogram(
-    "recs_api_request_duration_seconds",
-    "Time from request received to response sent, by route template and source.",
-    ["path", "source"],
-    buckets=(
-        0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
-        0.075, 0.1, 0.15, 0.3, 0.5, 1.0, 2.5,
-    ),
-)  # fmt: skip
-REQUESTS = Counter(
-    "recs_api_requests", "Requests answered, by route template, method and status.",
-    ["path", "method", "status"],
-)  # fmt: skip
 
 
 class _RequestMetrics:
@@ -132,6 +125,12 @@ class RequestTooLargeError(InvalidRequestError):
     http_status = 413
 
 
+class RequestTimeoutError(InvalidRequestError):
+    """A request body chunk that did not arrive within ``api_body_timeout_seconds``."""
+
+    http_status = 408
+
+
 class _BodyLimit:
     """Pure ASGI middleware bounding request bodies to ``max_bytes`` before they are read.
 
@@ -140,12 +139,14 @@ class _BodyLimit:
     have no Content-Length) the ``receive`` the app sees counts the bytes and raises
     ``RequestTooLargeError`` (413, through the app's error handler) when a chunk takes the
     total past the limit, so at most ``max_bytes`` plus one server chunk (uvicorn: <= 64 KiB)
-    is ever held. Early refusals are counted by ``_RequestMetrics`` under path ``unmatched``
-    (no route has been resolved yet)."""
+    is ever held. Each chunk must arrive within ``timeout_seconds`` (``RequestTimeoutError``,
+    408), until the body is complete. Early refusals are counted by ``_RequestMetrics`` under
+    path ``unmatched`` (no route has been resolved yet)."""
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, timeout_seconds: float = 10.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_seconds = timeout_seconds
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -168,14 +169,24 @@ class _BodyLimit:
         # must still not get past the limit.
         received = 0
         limit = self.max_bytes
+        complete = False
 
         async def bounded_receive():
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete
+            if complete:  # after the body: a wait for the disconnect, unbounded
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_seconds)
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"request body not received within {self.timeout_seconds} s "
+                    "(api_body_timeout_seconds)"
+                ) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise self._too_large()
+                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, bounded_receive, send)
@@ -206,35 +217,53 @@ def _error(error: RecsError) -> Response:
 def create_app(
     settings: Settings | None = None,
     *,
-    store: serving.LiveStore | None = None,
-    versions: serving.VersionCache | None = None,
-    clock: serving.Clock | None = None,
+    store: LiveStore | None = None,
+    versions: VersionCache | None = None,
+    clock: read_path.Clock | None = None,
     watch: bool = True,
 ) -> FastAPI:
-    """The FastAPI application (also the uvicorn factory ``recs.api:create_app``).
+    """The FastAPI application (also the uvicorn factory ``recs.serving.api:create_app``).
 
     Defaults: ``settings`` from the environment, the live store at
-    ``settings.live_store_url``, a ``VersionCache`` over ``settings.published_dir`` (loaded at
-    startup, then watched every ``api_reload_interval_seconds`` when ``watch``), and the wall
-    clock. Tests inject a fixed ``clock``, a ``store`` or ``versions``. Raises
-    ``ConfigurationError`` if ``RECS_API_JWT_SECRET`` is unset.
+    ``settings.live_store_url`` (``api_store_connections`` pooled connections), a
+    ``VersionCache`` over ``settings.published_dir`` whose served pointer is shared with the
+    other workers when ``api_state_dir`` is set (loaded at startup, then watched every
+    ``api_reload_interval_seconds`` when ``watch``), and the wall clock. Tests inject a fixed
+    ``clock``, a ``store`` or ``versions``. Raises ``ConfigurationError`` if
+    ``RECS_API_JWT_SECRET`` is unset.
     """
     settings = settings or get_settings()
     tokens = VerifiedTokens(secret_of(settings))
     own_store = store is None
-    store = store or serving.LiveStore(
-        settings.live_store_url, timeout_ms=settings.api_store_timeout_ms
-    )
-    versions = versions or serving.VersionCache(
-        settings.published_dir,
-        interval_seconds=settings.api_reload_interval_seconds,
-        cold_start_pool=settings.api_cold_start_pool,
-    )
-    clock = clock or serving.wall_clock
+    if store is None:
+        local = settings.live_store_url.startswith("sqlite:///")
+        store = LiveStore(
+            settings.live_store_url,
+            timeout_ms=settings.api_store_timeout_ms,
+            pool_size=settings.api_store_connections + (1 if local else 0),
+        )
+    own_versions = versions is None
+    if versions is None:
+        pointer = None
+        if settings.api_state_dir is not None:
+            pointer = SharedPointer(
+                settings.api_state_dir,
+                straggler_seconds=settings.api_version_switch_timeout_seconds,
+            )
+        versions = VersionCache(
+            settings.published_dir,
+            interval_seconds=settings.api_reload_interval_seconds,
+            cold_start_pool=settings.api_cold_start_pool,
+            pointer=pointer,
+        )
+    clock = clock or read_path.wall_clock
+    # The store's own timeouts answer first; this bounds a store that does not answer at all.
+    deadline = 2 * settings.api_store_timeout_ms / 1000 or None
+    store_threads = anyio.CapacityLimiter(settings.api_store_connections)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        versions.refresh()
+        await anyio.to_thread.run_sync(versions.refresh)
         if versions.active is None:
             log.warning("no published version loaded yet: /readyz answers 503 until one is")
         if watch:
@@ -243,6 +272,8 @@ def create_app(
             yield
         finally:
             versions.stop()
+            if own_versions:
+                versions.pointer.close()
             if own_store:
                 store.close()
             if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -250,7 +281,7 @@ def create_app(
 
                 multiprocess.mark_process_dead(os.getpid())
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="recs read API",
         version="1",
         summary="Who to follow: the nightly batch list, validated against the live graph at "
@@ -260,7 +291,11 @@ def create_app(
     app.state.settings = settings
     app.state.store = store
     app.state.versions = versions
-    app.add_middleware(_BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(
+        _BodyLimit,
+        max_bytes=settings.api_max_body_bytes,
+        timeout_seconds=settings.api_body_timeout_seconds,
+    )
     app.add_middleware(_RequestMetrics)  # added last: outermost, so it times and counts 413s
 
     async def recs_error(_request: Request, error: Exception) -> Response:
@@ -268,21 +303,27 @@ def create_app(
 
     app.add_exception_handler(RecsError, recs_error)
 
-    async def off_loop(func, *args):
-        """Run a store-bound function inline (local SQLite) or in the thread pool."""
-        if store.is_local:
-            return func(*args)
-        return await run_in_threadpool(func, *args)
+    async def in_store_thread(operation: str, func, *args):
+        """Run a store-bound function in the store thread pool, answering 503 if it does not
+        finish within ``deadline`` (the thread is left to finish; its connection is then
+        returned)."""
+        try:
+            with anyio.fail_after(deadline):
+                return await anyio.to_thread.run_sync(
+                    func, *args, limiter=store_threads, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            STORE_ERRORS.labels(operation).inc()
+            raise StoreUnavailableError(
+                f"live store unavailable ({operation}): no answer within {deadline * 1000:.0f} ms"
+            ) from None
 
     def read_list(user_id: int, limit: int) -> dict[str, Any]:
-        return serving.who_to_follow(
-            user_id,
-            limit,
-            version=versions.active,  # resolved once: the whole response is one version
-            store=store,
-            settings=settings,
-            now=clock(),
-        )
+        version = versions.active  # resolved once: the whole response is one version
+        with store.session():
+            return read_path.who_to_follow(
+                user_id, limit, version=version, store=store, settings=settings, now=clock()
+            )
 
     # Path and query values are read from the request, not declared as parameters: FastAPI's
     # per-request parameter machinery cost ~150 µs here, more than the whole read path. The
@@ -292,7 +333,7 @@ def create_app(
         response_model=None,
         openapi_extra={"parameters": [_USER_ID_PARAM, _limit_param(settings)]},
         responses={
-            200: {"description": "The list (see recs.serving.who_to_follow)."},
+            200: {"description": "The list (see recs.serving.read_path.who_to_follow)."},
             400: {"description": "Malformed user id or limit."},
             401: {"description": "Missing, invalid or expired bearer token."},
             403: {"description": "The token is for another user."},
@@ -306,8 +347,11 @@ def create_app(
         principal = tokens.principal(request.headers.get("authorization"))
         user_id = parse_id(request.path_params["user_id"], "user id")
         check_read(principal, user_id)
-        limit = serving.parse_limit(request.query_params.get("limit"), settings)
-        document = await off_loop(read_list, user_id, limit)
+        limit = read_path.parse_limit(request.query_params.get("limit"), settings)
+        if store.is_local:
+            document = read_list(user_id, limit)
+        else:
+            document = await in_store_thread("read", read_list, user_id, limit)
         request.state.source = document["source"]
         return _json(document)
 
@@ -337,8 +381,8 @@ def create_app(
         user_id = parse_id(request.path_params["user_id"], "user id")
         check_write(principal, user_id)
         candidate = _candidate_from_body(await request.body())
-        document = await run_in_threadpool(
-            serving.record_dismissal, store, user_id, candidate, clock()
+        document = await in_store_thread(
+            "add_dismissal", read_path.record_dismissal, store, user_id, candidate, clock()
         )
         return _json(document, 201 if document["created"] else 200)
 
@@ -354,7 +398,9 @@ def create_app(
         user_id = parse_id(request.path_params["user_id"], "user id")
         check_write(principal, user_id)
         candidate = parse_id(request.path_params["candidate_id"], "candidate id")
-        await run_in_threadpool(serving.remove_dismissal, store, user_id, candidate, clock())
+        await in_store_thread(
+            "remove_dismissal", read_path.remove_dismissal, store, user_id, candidate, clock()
+        )
         return Response(status_code=204)
 
     @app.get("/healthz", response_model=None)
@@ -436,7 +482,7 @@ def _candidate_from_body(body: bytes) -> int:
     if not isinstance(document, dict) or "candidate_id" not in document:
         raise InvalidRequestError('invalid request body: expected JSON like {"candidate_id": 123}')
     value = document["candidate_id"]
-    if type(value) is not int or not 0 <= value <= serving.MAX_ID:
+    if type(value) is not int or not 0 <= value <= read_path.MAX_ID:
         raise InvalidRequestError(f"invalid candidate id {value!r}: {ID_RULE}")
     return value
 
@@ -449,37 +495,3 @@ def _registry():
         multiprocess.MultiProcessCollector(registry)
         return registry
     return REGISTRY
-
-
-def serve(settings: Settings, *, host: str, port: int, workers: int, access_log: bool) -> None:
-    """Run the API under uvicorn until interrupted (``recs serve``).
-
-    Checks the secret first (``ConfigurationError``). With ``workers > 1`` the Prometheus
-    client's multiprocess mode is switched on with a fresh folder (removed on exit) unless
-    ``PROMETHEUS_MULTIPROC_DIR`` is already set."""
-    import shutil
-    import tempfile
-
-    import uvicorn
-
-    secret_of(settings)
-    made_dir = None
-    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        made_dir = tempfile.mkdtemp(prefix="recs-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made_dir
-    try:
-        uvicorn.run(
-            "recs.api:create_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            loop="uvloop",
-            http="httptools",
-            access_log=access_log,
-            log_level="info" if access_log else "warning",
-            timeout_graceful_shutdown=10,
-        )
-    finally:
-        if made_dir is not None:
-            shutil.rmtree(made_dir, ignore_errors=True)

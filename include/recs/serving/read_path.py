@@ -1,0 +1,202 @@
+"""The online read path as plain functions: batch list → read-time filters → cold start.
+
+``who_to_follow`` answers one request. The API (``serving.api``) and ``recs recommend`` both
+call it, so there is one read path. It reads only the published version the server serves
+(``versions``) and the live store (``live_store``), never a run's working files.
+
+Flow for user ``u`` (design document, "Online Serving Layer and Cold-Start Handler"):
+
+1. **Account** (live store): unknown → ``UnknownUserError`` (404); not ``active`` → the same.
+   Cold start if the account is younger than ``cold_start_account_age_hours`` (24 h, from the
+   *wall clock*: this is the online path; ``now`` is injected for tests) or follows fewer than
+   ``cold_start_min_following`` (5) accounts (counted with a ``LIMIT``).
+2. **Batch list**: the user's rows of the published version, best first.
+3. **Read-time filters** (``filters``): dismissed, blocked, muted (fail closed), followed,
+   requested, suspended, deactivated, hidden or gone since the snapshot (fail open); every drop
+   is counted by reason. The "followed by" ids keep only accounts the user still follows;
+   ``mutual_count`` stays the batch's and ``others = mutual_count - len(published ids)``.
+4. **Cold start** (``cold_start``) when step 1 says so, or no version is served, or the user
+   has no batch row, or every batch row was dropped.
+
+Items are renumbered ``rank = 1..n`` after filtering (the served position).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from recs.config import Settings
+from recs.errors import DismissalNotFoundError, InvalidRequestError, UnknownUserError
+from recs.serving.cold_start import cold_start_items
+from recs.serving.filters import LiveCheck
+from recs.serving.live_store import LiveStore, wall_clock
+from recs.serving.metrics import COLD_START, DROPPED, FOLLOWED_BY_DROPPED
+from recs.serving.versions import BatchRow, PublishedVersion
+
+MAX_ID = 2**63 - 1
+
+Clock = Callable[[], dt.datetime]
+"""A function returning now as naive UTC (``wall_clock`` in production, a fixed one in tests)."""
+
+__all__ = ["Clock", "parse_limit", "record_dismissal", "remove_dismissal", "wall_clock",
+           "who_to_follow"]  # fmt: skip
+
+
+def parse_limit(text: str | int | None, settings: Settings) -> int:
+    """``?limit=`` as an int in ``1 .. api_max_limit`` (default ``api_default_limit``)."""
+    if text is None or text == "":
+        return min(settings.api_default_limit, settings.api_max_limit)
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        stripped = str(text).strip()
+        if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 9:
+            value = -1
+        else:
+            value = int(stripped)
+    if not 1 <= value <= settings.api_max_limit:
+        raise InvalidRequestError(
+            f"invalid limit {text!r}: expected an integer between 1 and {settings.api_max_limit}"
+        )
+    return value
+
+
+def who_to_follow(
+    user_id: int,
+    limit: int,
+    *,
+    version: PublishedVersion | None,
+    store: LiveStore,
+    settings: Settings,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """One user's who-to-follow list (module docstring: the flow and every rule).
+
+    ``version`` is the published version to read (None: nothing loaded, cold start only);
+    ``now`` is naive UTC (the wall clock in production). Returns::
+
+        {"user_id": int, "source": "batch" | "cold_start", "run_id": str | None,
+         "generated_at": "YYYY-MM-DDTHH:MM:SSZ" | None,
+         "items": [{"candidate_id": int, "rank": int (1..n), "score": float | None,
+                    "mutual_count": int,
+                    "followed_by": {"ids": [int, ...] (<= 3), "others": int}}, ...]}
+
+    with at most ``limit`` items. Raises ``UnknownUserError`` (not in the live store, or not an
+    active account) and ``StoreUnavailableError`` (the live store failed a fail-closed check).
+    """
+    account = store.account(user_id, settings.cold_start_min_following)
+    if account is None:
+        raise UnknownUserError(f"unknown user {user_id}: not in the live store")
+    if account.account_status != "active":
+        raise UnknownUserError(
+            f"user {user_id} is {account.account_status}: only active accounts get recommendations"
+        )
+    age = now - account.created_at
+    if age < dt.timedelta(hours=settings.cold_start_account_age_hours):
+        reason = "new_account"
+    elif account.following < settings.cold_start_min_following:
+        reason = "thin_graph"
+    elif version is None:
+        reason = "no_version"
+    else:
+        rows, generated_at = version.batch_rows(user_id)
+        if not rows:
+            reason = "no_batch_row"
+        else:
+            items = _validated_batch(user_id, rows, limit, store)
+            if items:
+                return _document(user_id, "batch", version.run_id, generated_at, items)
+            reason = "all_dropped"
+    COLD_START.labels(reason).inc()
+    items = cold_start_items(user_id, limit, version, store)
+    return _document(
+        user_id,
+        "cold_start",
+        version.run_id if version else None,
+        version.generated_at if version else None,
+        items,
+    )
+
+
+def _document(user_id, source, run_id, generated_at, items) -> dict[str, Any]:
+    return {
+        "user_id": user_id,
+        "source": source,
+        "run_id": run_id,
+        "generated_at": generated_at.isoformat() + "Z" if generated_at else None,
+        "items": items,
+    }
+
+
+def _validated_batch(
+    user_id: int, rows: list[BatchRow], limit: int, store: LiveStore
+) -> list[dict[str, Any]]:
+    check = LiveCheck(user_id, store)
+    candidates = [row.candidate_id for row in rows]
+    mutuals = sorted({m for row in rows for m in row.followed_by})
+    dropped, follows = check.drops(candidates, mutuals)
+    items: list[dict[str, Any]] = []
+    for row in rows:
+        reason = dropped.get(row.candidate_id)
+        if reason is not None:
+            DROPPED.labels("batch", reason).inc()
+            continue
+        if len(items) >= limit:
+            continue
+        followed_by = list(row.followed_by)
+        if follows is not None:
+            followed_by = [m for m in row.followed_by if follows.get(m) == "active"]
+            if len(followed_by) < len(row.followed_by):
+                FOLLOWED_BY_DROPPED.labels("not_followed").inc(
+                    len(row.followed_by) - len(followed_by)
+                )
+        items.append(
+            {
+                "candidate_id": row.candidate_id,
+                "rank": len(items) + 1,
+                "score": row.score,
+                "mutual_count": row.mutual_count,
+                "followed_by": {
+                    "ids": followed_by,
+                    "others": max(row.mutual_count - len(row.followed_by), 0),
+                },
+            }
+        )
+    return items
+
+
+def record_dismissal(
+    store: LiveStore, user_id: int, candidate_id: int, now: dt.datetime
+) -> dict[str, Any]:
+    """Record that ``user_id`` dismissed ``candidate_id`` at ``now`` (naive UTC), committed
+    before returning: from then on the candidate is dropped on every read path (the read-time
+    check) and by every later batch (the snapshot's exclusions). It is a dismiss event at
+    ``now`` for ingestion's last-writer-wins (``LiveStore.add_dismissal``): an ingested
+    undismiss older than it is superseded.
+
+    Returns ``{"user_id", "candidate_id", "dismissed_at" (ISO, Z), "created"}``; ``created``
+    False if it was already dismissed. Raises ``InvalidRequestError`` for dismissing oneself,
+    ``UnknownUserError`` for an unknown user or candidate, ``StoreUnavailableError``.
+    """
+    if user_id == candidate_id:
+        raise InvalidRequestError(f"user {user_id} cannot dismiss itself")
+    created, dismissed_at = store.add_dismissal(user_id, candidate_id, now)
+    return {
+        "user_id": user_id,
+        "candidate_id": candidate_id,
+        "dismissed_at": dismissed_at.isoformat() + "Z",
+        "created": created,
+    }
+
+
+def remove_dismissal(
+    store: LiveStore, user_id: int, candidate_id: int, now: dt.datetime | None = None
+) -> None:
+    """Undo a dismissal at ``now`` (naive UTC; default the wall clock): an undismiss event
+    for ingestion's last-writer-wins (``LiveStore.remove_dismissal``). Raises
+    ``DismissalNotFoundError`` if there was none (the undismissal is still recorded),
+    ``StoreUnavailableError`` if the store failed."""
+    if not store.remove_dismissal(user_id, candidate_id, now):
+        raise DismissalNotFoundError(f"user {user_id} has not dismissed {candidate_id}")
