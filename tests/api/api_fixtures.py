@@ -254,11 +254,12 @@ STORE_URL = os.environ.get("RECS_API_TEST_STORE_URL")
 an empty database this suite may drop tables in); default a SQLite file per test."""
 
 
-@pytest.fixture
-def world(tmp_path) -> World:
+def make_world(home: Path, store_url: str | None = STORE_URL) -> World:
+    """The world above in ``home`` (created), its live store at ``store_url`` (default a
+    SQLite file in ``home``), version ``night_1`` published."""
     settings = Settings(
-        home=tmp_path / "home",
-        store_url=STORE_URL,
+        home=home,
+        store_url=store_url,
         api_jwt_secret=SECRET,
         api_reload_interval_seconds=0.01,
         api_cold_start_pool=100,
@@ -266,10 +267,16 @@ def world(tmp_path) -> World:
     settings.home.mkdir()
     settings.published_dir.mkdir()
     engine = make_store(settings)
-    world = World(tmp_path / "home", settings, engine)
+    world = World(home, settings, engine)
     world.write_version("night_1")
+    return world
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    world = make_world(tmp_path / "home")
     yield world
-    engine.dispose()
+    world.engine.dispose()
 
 
 def bearer(user_id: int, *, service: bool = False, secret: str = SECRET, **kwargs) -> dict:

@@ -70,14 +70,17 @@ class SharedPointer:
     """The served pointer shared by the worker processes of one server (module docstring).
 
     ``state_dir`` is created if missing; ``straggler_seconds`` bounds how long the others wait
-    for a worker that does not load a version."""
+    for a worker that does not load a version; ``pid`` is the worker's process id (default
+    this process)."""
 
-    def __init__(self, state_dir: Path, *, straggler_seconds: float = 120.0) -> None:
+    def __init__(
+        self, state_dir: Path, *, straggler_seconds: float = 120.0, pid: int | None = None
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.workers_dir = self.state_dir / "workers"
         self.workers_dir.mkdir(parents=True, exist_ok=True)
         self.straggler_seconds = straggler_seconds
-        self.pid = os.getpid()
+        self.pid = os.getpid() if pid is None else pid  # another process's, in tests
         path = self.state_dir / "served"
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         if os.fstat(self._fd).st_size < _SIZE:

@@ -86,6 +86,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._awaiting_headers = False
         self._cancel_header_timer()
+        # The whole request may have come in one chunk: measure what was parsed.
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self._max_header_bytes:
+            self._refuse(431, "header", f"request headers over {self._max_header_bytes:,} bytes")
+            return
         super().on_headers_complete()
 
     def _await_headers(self) -> None:

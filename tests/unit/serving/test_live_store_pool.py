@@ -1,0 +1,134 @@
+"""The read path's live-store connections: bounded, returned after each use, the store's
+identity checked at checkout.
+
+A small SQLite live store (schema of ``recs.store``; users 1 and 2, 1 follows 2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sqlite3
+import threading
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import insert
+
+from recs import store as live
+from recs.errors import StoreUnavailableError
+from recs.serving.live_store import LiveStore
+
+OLD = dt.datetime(2026, 1, 1)
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    engine = live.engine_for(url)
+    live.create_schema(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            insert(live.users),
+            [dict(user_id=u, created_at=OLD, last_active_at=OLD, account_status="active",
+                  is_discoverable=True) for u in (1, 2)],
+        )  # fmt: skip
+        connection.execute(
+            insert(live.follow_edges),
+            [dict(follower_id=1, followee_id=2, created_at=OLD, status="active")],
+        )
+    engine.dispose()
+    return url
+
+
+def test_threads_that_come_and_go_never_exhaust_the_pool(url):
+    """Pool of 2, 40 threads one after another (each reads, then ends, as a thread pool
+    retires idle threads): every read succeeds and no connection stays checked out. (Held
+    per thread, the third thread would wait 300 ms and fail.)"""
+    store = LiveStore(url, timeout_ms=300, pool_size=2)
+    results = []
+    for _ in range(40):
+        thread = threading.Thread(target=lambda: results.append(store.follows(1, None, 64)))
+        thread.start()
+        thread.join()
+    assert results == [{2: "active"}] * 40
+    assert store.checked_out() == 0
+    store.close()
+
+
+def test_a_session_holds_one_connection_until_it_ends(url):
+    store = LiveStore(url, timeout_ms=300, pool_size=2)
+    with store.session():
+        assert store.account(1, 5).following == 1
+        assert store.follows(1, [2]) == {2: "active"}
+        assert store.checked_out() == 1
+    assert store.checked_out() == 0
+    store.close()
+
+
+def test_all_connections_busy_is_503_after_the_timeout(url):
+    """Two threads hold the two connections (open sessions); a third read fails after 300 ms
+    with a message naming the cause."""
+    store = LiveStore(url, timeout_ms=300, pool_size=2)
+    holding, release = threading.Barrier(3), threading.Event()
+
+    def hold():
+        with store.session():
+            store.interests(1)
+            holding.wait()
+            release.wait()
+
+    threads = [threading.Thread(target=hold) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    holding.wait()
+    try:
+        with pytest.raises(StoreUnavailableError) as raised:
+            store.interests(1)
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
+    assert str(raised.value) == (
+        "live store unavailable (interests): all 2 connections busy for 300 ms "
+        "(RECS_API_STORE_CONNECTIONS)"
+    )
+    assert store.interests(1) == []
+    store.close()
+
+
+def test_a_replaced_file_is_reopened(url, tmp_path):
+    """A copy where user 1 follows nobody is renamed over the store: the next read is the
+    copy's, and the reconnect is counted."""
+    path = tmp_path / "live.db"
+    store = LiveStore(url, timeout_ms=300, pool_size=2)
+    assert store.follows(1, None, 64) == {2: "active"}
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(path) as source, sqlite3.connect(copy) as target:
+        source.backup(target)  # a consistent copy, as `sqlite3 live.db .backup copy.db` makes
+        target.execute("DELETE FROM follow_edges")
+        target.commit()
+        target.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = (
+        REGISTRY.get_sample_value("recs_api_store_reconnects_total", {"reason": "replaced"}) or 0.0
+    )
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"live.db{suffix}").unlink(missing_ok=True)
+    os.replace(copy, path)
+    assert store.follows(1, None, 64) == {}
+    after = REGISTRY.get_sample_value("recs_api_store_reconnects_total", {"reason": "replaced"})
+    assert after == before + 1
+    store.close()
+
+
+def test_a_deleted_file_is_503_and_a_write_is_refused(url, tmp_path):
+    store = LiveStore(url, timeout_ms=300, pool_size=2)
+    assert store.follows(1, None, 64) == {2: "active"}
+    for path in tmp_path.glob("live.db*"):
+        path.unlink()
+    with pytest.raises(StoreUnavailableError, match="no SQLite file at"):
+        store.follows(1, None, 64)
+    with pytest.raises(StoreUnavailableError, match="no SQLite file at"):
+        store.add_dismissal(1, 2, OLD)
+    assert not (tmp_path / "live.db").exists()  # never recreated empty
+    store.close()
