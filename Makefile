@@ -17,7 +17,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export DBT_PROFILES_DIR := $(CURDIR)/dbt_project
 export PATH := $(BIN):$(PATH)
 
-# The fixed reference date of the generated fields of the real datasets (recs.datasets).
+# The fixed reference date of the generated fields of the real datasets (recs.demo.generated).
 DEMO_DATE := 2026-11-01
 DEMO_USERS := 1 5 2494
 DUCKDB_POOL := recs_duckdb_writer
@@ -92,8 +92,8 @@ bench-api: $(STAMP) ## Load-test the read API with wrk on a Slashdot run: req/s,
 
 # --- PostgreSQL live store and event ingestion (issue 4) ---------------------------------------
 # The tests and bench-ingest run the live store on a real PostgreSQL too: each session starts a
-# private throwaway cluster (recs.pgserver: initdb + pg_ctl, as the `postgres` user when run as
-# root) from the server binaries of Debian's `postgresql` package, installed here once.
+# private throwaway cluster (recs.testing.pgserver: initdb + pg_ctl, as the `postgres` user when
+# run as root) from the server binaries of Debian's `postgresql` package, installed here once.
 .PHONY: postgres-server bench-ingest
 
 postgres-server: ## Install Debian's PostgreSQL server binaries if missing (tests start their own)

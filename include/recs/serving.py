@@ -95,7 +95,7 @@ from recs.contracts import GLOBAL_TAG
 from recs.errors import InvalidRequestError, StoreUnavailableError, UnknownUserError
 from recs.published import MANIFEST_FILE, check_version, current_version, shard_file
 from recs.sharding import shard_of
-from recs.store import one_line
+from recs.store.connections import one_line
 
 log = logging.getLogger("recs.serving")
 
@@ -208,7 +208,7 @@ class LiveStore:
         from sqlalchemy import event
         from sqlalchemy.exc import SQLAlchemyError
 
-        from recs.store import engine_for, sqlite_path
+        from recs.store.connections import engine_for, sqlite_path
 
         self.url = url
         path = sqlite_path(url)
@@ -465,7 +465,7 @@ class LiveStore:
         the busy timeout), PostgreSQL ingestion's transaction-scoped advisory lock (waits up to
         ``lock_timeout`` = the same timeout; an ingest batch of 20 k events holds either for up
         to about a second). Past the timeout: ``StoreUnavailableError`` (503)."""
-        from recs.ingest import ADVISORY_LOCK_KEY  # recs.ingest imports SQLAlchemy: not at import
+        from recs.store.relationships import ADVISORY_LOCK_KEY
 
         if self._engine.dialect.name == "sqlite":
             cursor.execute("BEGIN IMMEDIATE")

@@ -20,9 +20,11 @@ import pytest
 from api_fixtures import NOW, bearer
 from sqlalchemy import text
 
-from recs import ingest, serving, store
+from recs import serving
 from recs.config import Settings
 from recs.errors import DismissalNotFoundError
+from recs.ingest import run as ingest
+from recs.store import connections as store
 
 T0 = dt.datetime(2026, 10, 1, 12, 0)
 

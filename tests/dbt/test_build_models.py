@@ -53,9 +53,9 @@ import pytest
 
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, check_schema
-from recs.errors import RecsError, RunNotFoundError
-from recs.models import ModelsBuildError, build_models, dbt_args, release_duckdb
-from recs.runs import RunPaths
+from recs.errors import ModelsBuildError, RecsError, RunNotFoundError
+from recs.nightly.models import build_models, dbt_args, release_duckdb
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
 
 BIG = 5_000_000_000

@@ -8,8 +8,9 @@ import duckdb
 import pytest
 
 from recs.config import Settings
-from recs.models import PROJECT_DIR_ENV, ModelsBuildError, dbt_args, dbt_project_dir, release_duckdb
-from recs.runs import RunPaths
+from recs.errors import ModelsBuildError
+from recs.nightly.models import PROJECT_DIR_ENV, dbt_args, dbt_project_dir, release_duckdb
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of, shard_sql
 
 

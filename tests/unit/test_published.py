@@ -19,14 +19,9 @@ import pytest
 
 from recs.contracts import RECOMMENDATION_SCHEMA
 from recs.errors import RunNotFoundError, UnknownUserError
-from recs.published import (
-    check_version,
-    current_version,
-    list_versions,
-    recommendations_for,
-    shard_file,
-)
+from recs.published import check_version, current_version, list_versions, shard_file
 from recs.sharding import shard_of
+from recs.testing.published import recommendations_for
 
 GENERATED_AT = dt.datetime(2026, 11, 2)
 

@@ -3,7 +3,7 @@
 ``synthetic_events(n_users, seed)`` yields what the follow service would emit for a small
 social network over ``SPAN_DAYS`` days, as ``recs ingest`` reads it: one ``user_upsert`` per
 user (account age, activity, privacy, status, interest tags), one follow per edge of
-``recs.synthetic``'s power-law graph (a ``follow_request`` or ``follow`` to a private account
+``recs.demo.synthetic``'s power-law graph (a ``follow_request`` or ``follow`` to a private account
 stays pending until a later ``follow_accept``, or a ``follow_reject``), some later unfollows,
 blocks (a few lifted again), mutes and dismissals. Times are in event order except for
 ``shuffle_window`` (out-of-order delivery); ``duplicate_share`` of the lines are sent twice and
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from recs.datasets import INTEREST_TAGS, rng_for
+from recs.demo.generated import INTEREST_TAGS, rng_for
+from recs.files import atomic_write
+from recs.times import MICROS_PER_DAY, utc_iso
 
 STREAM_START = dt.datetime(2026, 10, 1)
 SPAN_DAYS = 30
@@ -39,7 +41,7 @@ STREAM_SEED_OFFSET = 4_242  # keeps the stream's random numbers apart from the g
 
 
 def _iso(moment_us: int) -> str:
-    return (STREAM_START + dt.timedelta(microseconds=int(moment_us))).isoformat() + "Z"
+    return utc_iso(STREAM_START + dt.timedelta(microseconds=int(moment_us)))
 
 
 def synthetic_events(
@@ -53,24 +55,24 @@ def synthetic_events(
 ) -> Iterator[str]:
     """JSON lines of a synthetic stream for users ``0 .. n_users-1`` (see the module doc).
 
-    The follows are the edges of ``recs.synthetic.synthetic_follow_graph(n_users, seed,
+    The follows are the edges of ``recs.demo.synthetic.synthetic_follow_graph(n_users, seed,
     avg_out_degree=...)``. Raises ``DatasetError`` for ``n_users < 1``.
     """
-    from recs.synthetic import synthetic_follow_graph
+    from recs.demo.synthetic import synthetic_follow_graph
 
     rng = rng_for(seed + STREAM_SEED_OFFSET, 1)
-    span_us = SPAN_DAYS * 86_400 * 1_000_000
+    span_us = SPAN_DAYS * MICROS_PER_DAY
     events: list[tuple[int, str, dict]] = []  # (time_us, kind, fields)
 
     private = rng.random(n_users) < PRIVATE_SHARE
     suspended = rng.random(n_users) < SUSPENDED_SHARE
     age_days = rng.integers(2, 900, n_users)
-    active_us = span_us - rng.integers(0, 10 * 86_400 * 1_000_000, n_users)
+    active_us = span_us - rng.integers(0, 10 * MICROS_PER_DAY, n_users)
     tag_count = rng.integers(1, 3, n_users)
     for user in range(n_users):
         tags = rng.choice(len(INTEREST_TAGS), int(tag_count[user]), replace=False)
         fields = {
-            "created_at": _iso(-int(age_days[user]) * 86_400 * 1_000_000),
+            "created_at": _iso(-int(age_days[user]) * MICROS_PER_DAY),
             "last_active_at": _iso(int(active_us[user])),
             "is_private": bool(private[user]),
             "interests": sorted(INTEREST_TAGS[t] for t in tags),
@@ -137,15 +139,12 @@ def synthetic_events(
 
 
 def write_events(path: Path, lines: Iterator[str]) -> int:
-    """Write lines as a JSON Lines file (atomically: a temp name, then a rename); returns the
-    number of lines."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
+    """Write lines as a JSON Lines file, atomically (``recs.files.atomic_write``: a landing
+    folder never shows a half-written file); returns the number of lines."""
     count = 0
-    with open(partial, "w", encoding="utf-8") as handle:
+    with atomic_write(path) as handle:
         for line in lines:
             handle.write(line)
             handle.write("\n")
             count += 1
-    partial.replace(path)
     return count

@@ -1,26 +1,15 @@
-"""Real follow graphs from ``../shared/datasets``, plus the fields they lack, into the live store.
+"""The fields a bare follow graph lacks, generated deterministically, and the graph's load.
 
-The real files hold only ``follower followee`` pairs. Everything else the pipeline needs (account
-age, activity recency, status, discoverability, privacy, blocks, mutes, dismissals, pending
-requests, interest tags) is **generated** deterministically from a fixed seed (``DATASET_SEED``)
-relative to ``REFERENCE_DATE``; ``GENERATED_FIELDS`` lists them for the CLI and the README.
-Every follow edge of a dataset is loaded unchanged as an ``active`` follow; the generated pending
-requests are *extra* rows with ``status = 'pending'`` on pairs that are not edges of the dataset.
-
-The generator works on a ``FollowGraph`` (CSR adjacency over the sorted user ids) and is shared
-with ``recs.synthetic``: a synthetic graph gets exactly the same generated attributes.
-
-Writing: SQLite (the default store) is bulk-loaded through the ADBC SQLite driver
-(``adbc_ingest`` binds Arrow batches in C, no Python row objects) inside one transaction, with
-the secondary (reverse) indexes dropped during the load and rebuilt at the end. Measured on this
-machine for 2 M edges: ADBC ingest 3.8 s end to end vs ``sqlite3.executemany`` 6.6 s (same
-index trick) and 9.5 s (indexes kept). Other SQLAlchemy URLs are written with SQLAlchemy Core
-``executemany`` in batches of ``SQLALCHEMY_BATCH_ROWS``.
-
-Note: the ADBC driver links its own copy of SQLite. Two SQLite copies in one process must not
-hold the same database file open at once (POSIX advisory locks are per process, so one copy
-closing its descriptor drops the other's locks; sqlite.org/howtocorrupt.html §2.2.1). The loader
-therefore closes its SQLAlchemy engine before it opens the ADBC connection.
+The real files hold only ``follower followee`` pairs. Everything else the pipeline needs
+(account age, activity recency, status, discoverability, privacy, blocks, mutes, dismissals,
+pending requests, interest tags) is **generated** from a seed (``DATASET_SEED`` for the real
+datasets) relative to ``REFERENCE_DATE``; ``GENERATED_FIELDS`` lists them for the CLI and the
+README. Each field has its own random stream (``RandomStream``), so changing one never shifts
+another. ``load_graph`` writes a ``FollowGraph`` (every edge an ``active`` follow) plus its
+generated fields into the live store (``recs.store.bulk.write_store``); the real datasets
+(``recs.demo.datasets``) and the synthetic graphs (``recs.demo.synthetic``) both load through it,
+so a synthetic store looks like a loaded one. Pending requests are *extra* rows with
+``status = 'pending'`` on pairs that are not edges of the graph.
 """
 
 from __future__ import annotations
@@ -28,24 +17,23 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from recs import store
 from recs.config import Settings
-from recs.errors import DatasetError
+from recs.demo.follow_graph import EDGE_CHUNK_ROWS, FollowGraph
+from recs.store.bulk import ProgressCallback, TableRows, write_store
+from recs.store.relationships import PAIR_TABLES
+from recs.store.schema import ACCOUNT_STATUSES
+from recs.times import MICROS_PER_SECOND, epoch_micros
 
-log = logging.getLogger("recs.datasets")
+log = logging.getLogger("recs.demo.generated")
 
-ProgressCallback = Callable[[str], None]
-"""``progress(message)``: one line such as ``"follow_edges: 2,097,152/5,000,000 rows"`` (the
-convention of ``pipeline.run_all`` and the CLI)."""
 
 # --- reference instant and seed ----------------------------------------------------------------
 
@@ -57,9 +45,8 @@ timestamp is at most one second before it."""
 DATASET_SEED = 20_261_101
 """Fixed seed of every generated field of the real datasets."""
 
-_END_S = int((REFERENCE_END - dt.datetime(1970, 1, 1)).total_seconds())
+_END_S = epoch_micros(REFERENCE_END) // MICROS_PER_SECOND
 _DAY_S = 86_400
-_US = 1_000_000
 
 # --- the generated fields and their distributions ----------------------------------------------
 # Shares and medians are plausible round numbers for a large consumer social network, chosen so
@@ -132,13 +119,7 @@ GENERATED_FIELDS: dict[str, str] = {
 }
 """The fields the real files lack, generated from ``DATASET_SEED`` (name -> how)."""
 
-ACCOUNT_STATUS_CODES = store.ACCOUNT_STATUSES  # code 0 active, 1 suspended, 2 deactivated
-
-EDGE_CHUNK_ROWS = 1 << 21
-"""Edges per generated/written batch (fixed: the edge timestamps' random streams follow it)."""
-SQLALCHEMY_BATCH_ROWS = 10_000
-TIMESTAMP_TEXT_FORMAT = "%Y-%m-%d %H:%M:%S%.6f"
-"""How SQLAlchemy's SQLite ``DateTime`` stores a timestamp; the bulk path writes the same text."""
+ACCOUNT_STATUS_CODES = ACCOUNT_STATUSES  # code 0 active, 1 suspended, 2 deactivated
 
 
 class RandomStream(IntEnum):
@@ -151,7 +132,7 @@ class RandomStream(IntEnum):
     BLOCKS = 5
     MUTES = 6
     DISMISSALS = 7
-    GRAPH = 8  # recs.synthetic
+    GRAPH = 8  # recs.demo.synthetic
 
 
 def rng_for(seed: int, stream: int, *extra: int) -> np.random.Generator:
@@ -162,273 +143,7 @@ def rng_for(seed: int, stream: int, *extra: int) -> np.random.Generator:
 # --- the dataset registry ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DatasetSpec:
-    """One real graph file: ``reverse`` if its columns are (followee, follower)."""
-
-    name: str
-    filename: str
-    description: str
-    reverse: bool = False
-    separator: str = "\t"
-
-
-DATASETS: dict[str, DatasetSpec] = {
-    spec.name: spec
-    for spec in (
-        DatasetSpec(
-            "slashdot",
-            "soc-Slashdot0902.txt.gz",
-            "SNAP soc-Slashdot0902 (Slashdot Zoo friend/foe tags, Feb 2009): 82,168 users, "
-            "870,161 follows after dropping 78,303 self-loops",
-        ),
-        DatasetSpec(
-            "twitter-bofa",
-            "twitter-followers-bofa_careers.tsv.gz",
-            "Twitter follow graph among the followers of @bofa_careers (Anwar et al., WSDM "
-            "2021): 13,688 users, 68,328 follows; columns reversed (file is followee, follower)",
-            reverse=True,
-        ),
-        DatasetSpec(
-            "twitter-hershey",
-            "twitter-followers-hersheycareers.tsv.gz",
-            "Twitter follow graph among the followers of @hersheycareers (Anwar et al., WSDM "
-            "2021): 3,726 users, 23,939 follows; columns reversed (file is followee, follower)",
-            reverse=True,
-        ),
-    )
-}
-
-
-def dataset_spec(name: str) -> DatasetSpec:
-    """The registry entry of ``name``; ``DatasetError`` naming the available ones if unknown."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise DatasetError(
-            f"unknown dataset {name!r}: available datasets are {', '.join(DATASETS)}"
-        ) from None
-
-
-def dataset_path(name: str, settings: Settings) -> Path:
-    """The file of dataset ``name`` under ``settings.datasets_dir``; ``DatasetError`` if missing."""
-    spec = dataset_spec(name)
-    path = Path(settings.datasets_dir) / spec.filename
-    if not path.is_file():
-        raise DatasetError(
-            f"dataset file not found: {path} (set RECS_DATASETS_DIR to the folder holding "
-            f"{spec.filename})"
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class DatasetEdges:
-    """The parsed follow edges of a dataset file, in follow order (follower -> followee).
-
-    ``edges``: ``follower_id`` Int64, ``followee_id`` Int64, one row per distinct pair, no
-    self-loops, sorted by (follower_id, followee_id). ``user_ids``: every node id of the file
-    (including nodes whose only edges were self-loops), sorted, int64.
-    """
-
-    edges: pl.DataFrame
-    user_ids: np.ndarray
-    lines: int
-    self_loops_dropped: int
-    duplicates_dropped: int
-
-
-def read_edges(name: str, settings: Settings) -> DatasetEdges:
-    """Parse dataset ``name``: skip ``#`` lines, reverse if the spec says so, drop self-loops.
-
-    Raises ``DatasetError`` for an unknown name, a missing file, a line that is not two
-    integers, or a negative id (the store's user ids are non-negative).
-    """
-    spec = dataset_spec(name)
-    path = dataset_path(name, settings)
-    try:
-        raw = pl.read_csv(
-            path,
-            separator=spec.separator,
-            has_header=False,
-            comment_prefix="#",
-            new_columns=["left", "right"],
-            schema_overrides={"left": pl.Int64, "right": pl.Int64},
-        )
-    except Exception as error:  # polars raises ComputeError / NoDataError / ...
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise DatasetError(f"{path} does not parse as two integer columns: {first_line}") from None
-    if raw.width != 2:
-        raise DatasetError(f"{path} has {raw.width} columns per line, expected 2")
-    if raw.null_count().sum_horizontal().item():
-        raise DatasetError(f"{path} has lines with a missing id")
-    follower, followee = ("right", "left") if spec.reverse else ("left", "right")
-    pairs = raw.select(pl.col(follower).alias("follower_id"), pl.col(followee).alias("followee_id"))
-    if pairs.height and min(pairs["follower_id"].min(), pairs["followee_id"].min()) < 0:
-        raise DatasetError(f"{path} has a negative node id; user ids must be >= 0")
-    user_ids = sorted_unique(
-        np.concatenate([pairs["follower_id"].to_numpy(), pairs["followee_id"].to_numpy()])
-    )
-    loops = pairs["follower_id"] == pairs["followee_id"]
-    self_loops = int(loops.sum())
-    pairs = pairs.filter(~loops)
-    distinct = pairs.unique().sort(["follower_id", "followee_id"])
-    return DatasetEdges(
-        edges=distinct,
-        user_ids=user_ids,
-        lines=raw.height,
-        self_loops_dropped=self_loops,
-        duplicates_dropped=pairs.height - distinct.height,
-    )
-
-
-def load_dataset(
-    name: str,
-    settings: Settings,
-    *,
-    replace: bool = False,
-    progress: ProgressCallback | None = None,
-) -> dict[str, Any]:
-    """Load dataset ``name`` plus its generated fields into the live store.
-
-    Every edge of the file becomes an ``active`` follow (columns reversed for the Twitter
-    files, self-loops and exact duplicates dropped and counted); the fields in
-    ``GENERATED_FIELDS`` are generated from ``DATASET_SEED``. Returns a JSON-able summary:
-    ``dataset, path, users, follow_edges`` (active, from the file), ``pending_follows`` (extra
-    generated rows), ``self_loops_dropped, duplicates_dropped, blocks, mutes, dismissals,
-    interests, users_by_status, new_accounts_24h, dormant_30d, generated_fields,
-    reference_date, seed, store, seconds`` (wall time, s) and ``timings`` (s per step).
-
-    Raises ``DatasetError`` for an unknown name, a missing or malformed file, or a non-empty
-    live store without ``replace`` (``replace=True`` drops and recreates every table).
-    """
-    started = time.perf_counter()
-    parsed = read_edges(name, settings)
-    parse_seconds = time.perf_counter() - started
-    log.info(
-        "parsed %s: %d lines, %d self-loops and %d duplicates dropped, %d follows, %d users",
-        name,
-        parsed.lines,
-        parsed.self_loops_dropped,
-        parsed.duplicates_dropped,
-        parsed.edges.height,
-        len(parsed.user_ids),
-    )
-    graph = FollowGraph.from_edges(
-        parsed.user_ids,
-        parsed.edges["follower_id"].to_numpy(),
-        parsed.edges["followee_id"].to_numpy(),
-    )
-    summary = load_graph(graph, settings, seed=DATASET_SEED, replace=replace, progress=progress)
-    summary["timings"] = {"parse": round(parse_seconds, 3), **summary["timings"]}
-    return {
-        "dataset": name,
-        "path": str(dataset_path(name, settings)),
-        "self_loops_dropped": parsed.self_loops_dropped,
-        "duplicates_dropped": parsed.duplicates_dropped,
-        **summary,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-
-
 # --- the graph in CSR form ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FollowGraph:
-    """A directed follow graph as CSR adjacency over user *positions* ``0 .. n-1``.
-
-    ``user_ids`` (int64, sorted, unique) maps a position to its user id. The followees of the
-    user at position ``p`` are ``indices[indptr[p]:indptr[p+1]]`` (positions, ascending), so
-    edges enumerate in (follower_id, followee_id) order. ``indices`` is int32 while ``n`` fits,
-    to halve memory on 50 M-edge graphs. No self-loops, no duplicate pairs.
-    """
-
-    user_ids: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-
-    @classmethod
-    def from_edges(
-        cls, user_ids: np.ndarray, follower_ids: np.ndarray, followee_ids: np.ndarray
-    ) -> FollowGraph:
-        """Build from id arrays; ``user_ids`` must contain every id of the edges.
-
-        Self-loops and duplicate pairs are dropped.
-        """
-        user_ids = np.asarray(user_ids, dtype=np.int64)
-        n = len(user_ids)
-        src = np.searchsorted(user_ids, np.asarray(follower_ids, dtype=np.int64))
-        dst = np.searchsorted(user_ids, np.asarray(followee_ids, dtype=np.int64))
-        if len(src) and (
-            src.max() >= n
-            or dst.max() >= n
-            or not np.array_equal(user_ids[src], follower_ids)
-            or not np.array_equal(user_ids[dst], followee_ids)
-        ):
-            raise ValueError("an edge endpoint is missing from user_ids")
-        keys = sorted_unique(src.astype(np.int64) * n + dst)
-        src, dst = keys // max(n, 1), keys % max(n, 1)
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
-        return cls(user_ids, indptr, dst.astype(position_dtype(n)))
-
-    @property
-    def n_users(self) -> int:
-        return len(self.user_ids)
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.indptr[-1])
-
-    def out_degree(self) -> np.ndarray:
-        """Follows per user position (int64)."""
-        return np.diff(self.indptr)
-
-    def in_degree(self) -> np.ndarray:
-        """Followers per user position (int64)."""
-        return np.bincount(self.indices, minlength=self.n_users).astype(np.int64)
-
-    def followees(self, position: int) -> np.ndarray:
-        return self.indices[self.indptr[position] : self.indptr[position + 1]]
-
-    def has_edge(self, follower: int, followee: int) -> bool:
-        """Whether position ``follower`` follows position ``followee`` (binary search)."""
-        row = self.followees(follower)
-        at = int(np.searchsorted(row, followee))
-        return at < len(row) and int(row[at]) == followee
-
-    def edge_chunks(self, chunk_rows: int = EDGE_CHUNK_ROWS) -> Iterator[tuple[np.ndarray, ...]]:
-        """Yield ``(follower_positions, followee_positions)`` for consecutive edge ranges."""
-        for start in range(0, self.n_edges, chunk_rows):
-            stop = min(start + chunk_rows, self.n_edges)
-            first = int(np.searchsorted(self.indptr, start, side="right")) - 1
-            last = int(np.searchsorted(self.indptr, stop - 1, side="right")) - 1
-            bounds = np.clip(self.indptr[first : last + 2], start, stop)
-            src = np.repeat(np.arange(first, last + 1, dtype=np.int64), np.diff(bounds))
-            yield src, self.indices[start:stop].astype(np.int64)
-
-
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an int64 array.
-
-    ``np.unique`` is avoided on large arrays: NumPy 2.4 routes it through a hash table that
-    measured ~60x slower than sort + neighbour compare here (1.36 s vs 0.02 s for 870 k keys).
-    """
-    ordered = np.sort(np.asarray(values, dtype=np.int64))
-    if len(ordered) < 2:
-        return ordered
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
-
-
-def position_dtype(n_users: int) -> type:
-    """int32 for positions while ``n_users`` fits, else int64."""
-    return np.int32 if n_users < 2**31 else np.int64
 
 
 # --- generated user attributes -----------------------------------------------------------------
@@ -668,7 +383,7 @@ def generate_relationships(
 
 
 def _timestamps(seconds: np.ndarray) -> pl.Series:
-    return pl.Series(seconds.astype(np.int64) * _US).cast(pl.Datetime("us"))
+    return pl.Series(seconds.astype(np.int64) * MICROS_PER_SECOND).cast(pl.Datetime("us"))
 
 
 def _users_frame(graph: FollowGraph, users: UserAttributes) -> pl.DataFrame:
@@ -696,16 +411,17 @@ def _follow_frames(graph: FollowGraph, users: UserAttributes, seed: int) -> Iter
         ).with_columns(status=pl.lit("active"))
 
 
-_PAIR_COLUMNS = {
-    "pending_follows": ("follow_edges", "follower_id", "followee_id", "created_at"),
-    "blocks": ("blocks", "blocker_id", "blocked_id", "created_at"),
-    "mutes": ("mutes", "muter_id", "muted_id", "created_at"),
-    "dismissed_candidates": ("dismissed_candidates", "user_id", "candidate_id", "dismissed_at"),
+_RELATION_OF = {
+    "pending_follows": "follow",
+    "blocks": "block",
+    "mutes": "mute",
+    "dismissed_candidates": "dismiss",
 }
+"""The store relation each generated kind of rows belongs to (``PAIR_TABLES``)."""
 
 
 def _pair_frame(graph: FollowGraph, name: str, rows: PairRows) -> pl.DataFrame:
-    _, left, right, at = _PAIR_COLUMNS[name]
+    _, left, right, at = PAIR_TABLES[_RELATION_OF[name]]
     frame = pl.DataFrame(
         {
             left: graph.user_ids[rows.left],
@@ -714,15 +430,6 @@ def _pair_frame(graph: FollowGraph, name: str, rows: PairRows) -> pl.DataFrame:
         }
     )
     return frame.with_columns(status=pl.lit("pending")) if name == "pending_follows" else frame
-
-
-class TableRows(NamedTuple):
-    """Rows for one store table: frames in the table's column names and contract dtypes."""
-
-    table: str
-    frames: Iterable[pl.DataFrame]
-    total: int
-    label: str | None = None  # shown in progress, e.g. "follow_edges (pending)"
 
 
 def load_graph(
@@ -735,8 +442,9 @@ def load_graph(
 ) -> dict[str, Any]:
     """Write ``graph`` (as active follows) plus generated fields for ``seed`` into the live store.
 
-    Shared by ``load_dataset`` and ``recs.synthetic.generate_graph``. Returns counts
-    (``users, follow_edges, pending_follows, blocks, mutes, dismissals, interests``), the
+    Shared by ``recs.demo.datasets.load_dataset`` and ``recs.demo.synthetic.generate_graph``.
+    Returns counts (``users, follow_edges, pending_follows, blocks, mutes, dismissals,
+    interests``), the
     status mix, ``generated_fields``, ``reference_date``, ``seed``, ``store`` (backend and
     file) and ``timings`` (seconds for ``generate`` and ``write``). Raises ``DatasetError`` if
     the store is not empty and ``replace`` is false.
@@ -800,250 +508,3 @@ def load_graph(
         write_seconds,
     )
     return summary
-
-
-# --- writing into the live store ---------------------------------------------------------------
-
-
-def sqlite_file(url: str) -> str | None:
-    """The database file of a ``sqlite:///path`` URL; None for in-memory, URI or other stores."""
-    path = store.sqlite_path(url)
-    if path is None or path in ("", ":memory:") or path.startswith("file:"):
-        return None
-    return path
-
-
-def _use_sqlite_bulk_path(url: str) -> bool:
-    """Whether ``url`` is a SQLite file the ADBC bulk path can write."""
-    return sqlite_file(url) is not None
-
-
-def refuse_non_empty_store(url: str) -> None:
-    """Raise ``DatasetError`` if the live store at ``url`` already holds rows (the message
-    lists them and points to ``--replace``), or cannot be read. Only reads: a missing SQLite
-    file or missing tables count as empty, and nothing is created, so the CLI calls it before
-    minutes of loading or generating, and ``_prepare_store`` again before writing."""
-    from sqlalchemy import func, inspect, select
-
-    path = sqlite_file(url)
-    if path is not None and not Path(path).exists():
-        return
-    engine = store.engine_for(url)
-    try:
-        with engine.connect() as connection:
-            present = set(inspect(connection).get_table_names())
-            counts = {
-                table.name: connection.execute(select(func.count()).select_from(table)).scalar_one()
-                for table in store.tables_for(engine.dialect.name)
-                if table.name in present
-            }
-    except Exception as error:  # noqa: BLE001 - unreachable store: one line, not a traceback
-        raise DatasetError(f"cannot read the live store: {error}".splitlines()[0]) from None
-    finally:
-        engine.dispose()
-    if any(counts.values()):
-        held = ", ".join(f"{count:,} {name}" for name, count in counts.items() if count)
-        raise DatasetError(
-            f"the live store {store.display_url(url)} is not empty ({held}): pass --replace "
-            "to drop and reload it"
-        )
-
-
-def _prepare_store(url: str, *, replace: bool) -> None:
-    """Create the schema (dropping it first if ``replace``); refuse a non-empty store."""
-    path = sqlite_file(url)
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = store.engine_for(url)
-    try:
-        store.create_schema(engine, drop_existing=replace)
-    finally:
-        engine.dispose()
-    if not replace:
-        refuse_non_empty_store(url)
-
-
-def write_store(
-    url: str,
-    tables: Iterable[TableRows],
-    *,
-    replace: bool = False,
-    progress: ProgressCallback | None = None,
-) -> dict[str, str]:
-    """Insert frames into the live store at ``url`` in one transaction.
-
-    ``tables``: ``TableRows(table, frames, total, label)``; each frame has the table's column
-    names with contract dtypes (Int64, ``Datetime("us")`` naive UTC, String, Boolean). Creates
-    the schema first (``replace`` drops it), and in the same transaction as the rows fills
-    ``user_follow_counts`` from the active edges (``store.REBUILD_FOLLOW_COUNTS_SQL``), so
-    ``recs reconcile`` finds no drift after a load. Returns ``{"backend", "url"}``. Raises
-    ``DatasetError`` if the store is not empty and ``replace`` is false.
-
-    PostgreSQL is bulk-loaded through the ADBC PostgreSQL driver (``COPY ... FROM STDIN`` in
-    binary, one transaction); its triggers fill ``follow_edges_reverse`` once per batch.
-    """
-    _prepare_store(url, replace=replace)
-    if _use_sqlite_bulk_path(url):
-        _write_sqlite_adbc(sqlite_file(url), tables, progress)
-        backend = "sqlite"
-    elif store.normalize_url(url).startswith("postgresql"):
-        _write_postgres_adbc(url, tables, progress)
-        backend = "postgresql"
-    else:
-        backend = _write_sqlalchemy(url, tables, progress)
-    return {"backend": backend, "url": store.display_url(url)}
-
-
-def _report(progress: ProgressCallback | None, rows: TableRows, done: int) -> None:
-    message = f"{rows.label or rows.table}: {done:,}/{rows.total:,} rows"
-    log.info("wrote %s", message)
-    if progress is not None:
-        progress(message)
-
-
-def _secondary_index_ddl() -> tuple[list[str], list[str]]:
-    """``(drop, create)`` statements of the non-primary-key indexes, from ``store.metadata``."""
-    from sqlalchemy.dialects import sqlite
-    from sqlalchemy.schema import CreateIndex, DropIndex
-
-    dialect = sqlite.dialect()
-    indexes = [index for table in store.tables_for("sqlite") for index in table.indexes]
-    drop = [str(DropIndex(index).compile(dialect=dialect)) for index in indexes]
-    create = [str(CreateIndex(index).compile(dialect=dialect)) for index in indexes]
-    return drop, create
-
-
-def _write_sqlite_adbc(
-    path: str,
-    tables: Iterable[TableRows],
-    progress: ProgressCallback | None,
-) -> None:
-    import adbc_driver_sqlite.dbapi as adbc
-
-    drop_indexes, create_indexes = _secondary_index_ddl()
-    connection = adbc.connect(path, autocommit=True)
-    cursor = connection.cursor()
-    try:
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute("PRAGMA cache_size=-1048576")  # 1 GiB: page cache and index sorter
-        cursor.execute("PRAGMA threads=4")  # worker threads for the CREATE INDEX sorter
-        cursor.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in drop_indexes:
-                cursor.execute(statement)
-            for rows in tables:
-                done = 0
-                # The next batch is built (generated, timestamps formatted) in a helper thread
-                # while SQLite ingests this one: ADBC releases the GIL during the insert.
-                batches = (_sqlite_text_timestamps(f).to_arrow() for f in rows.frames)
-                for batch in _prefetched(batches):
-                    if batch.num_rows:
-                        cursor.adbc_ingest(rows.table, batch, mode="append")
-                    done += batch.num_rows
-                    _report(progress, rows, done)
-            t0 = time.perf_counter()
-            for statement in create_indexes:
-                cursor.execute(statement)
-            log.info("built %d indexes in %.1f s", len(create_indexes), time.perf_counter() - t0)
-            if progress is not None:
-                progress(f"built {len(create_indexes)} indexes")
-            _rebuild_counts(cursor, progress)
-            t0 = time.perf_counter()
-            cursor.execute("COMMIT")
-            log.info("committed in %.1f s", time.perf_counter() - t0)
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
-    finally:
-        cursor.close()
-        connection.close()
-
-
-_EXHAUSTED = object()
-
-
-def _prefetched(items: Iterable[Any]) -> Iterator[Any]:
-    """Iterate ``items`` while a helper thread already produces the next one."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    iterator = iter(items)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="recs-load") as pool:
-        upcoming = pool.submit(next, iterator, _EXHAUSTED)
-        while (item := upcoming.result()) is not _EXHAUSTED:
-            upcoming = pool.submit(next, iterator, _EXHAUSTED)
-            yield item
-
-
-def _sqlite_text_timestamps(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamps as the text SQLAlchemy's SQLite ``DateTime`` stores and parses back."""
-    return frame.with_columns(
-        pl.col(name).dt.strftime(TIMESTAMP_TEXT_FORMAT)
-        for name, dtype in frame.schema.items()
-        if dtype == pl.Datetime("us")
-    )
-
-
-def _write_sqlalchemy(
-    url: str,
-    tables: Iterable[TableRows],
-    progress: ProgressCallback | None,
-) -> str:
-    engine = store.engine_for(url)
-    try:
-        with engine.begin() as conn:
-            for rows in tables:
-                table = store.metadata.tables[rows.table]
-                done = 0
-                for frame in rows.frames:
-                    for offset in range(0, frame.height, SQLALCHEMY_BATCH_ROWS):
-                        batch = frame.slice(offset, SQLALCHEMY_BATCH_ROWS).to_dicts()
-                        conn.execute(table.insert(), batch)
-                    done += frame.height
-                    _report(progress, rows, done)
-            for statement in store.REBUILD_FOLLOW_COUNTS_SQL:
-                conn.exec_driver_sql(statement)
-        return engine.dialect.name
-    finally:
-        engine.dispose()
-
-
-def _rebuild_counts(cursor: Any, progress: ProgressCallback | None) -> None:
-    """Fill ``user_follow_counts`` from the edges just loaded (same transaction)."""
-    t0 = time.perf_counter()
-    for statement in store.REBUILD_FOLLOW_COUNTS_SQL:
-        cursor.execute(statement)
-    log.info("counted follows per user in %.1f s", time.perf_counter() - t0)
-    if progress is not None:
-        progress("counted follows per user")
-
-
-def _write_postgres_adbc(
-    url: str,
-    tables: Iterable[TableRows],
-    progress: ProgressCallback | None,
-) -> None:
-    """Bulk-load PostgreSQL through ADBC (binary ``COPY``) in one transaction.
-
-    Timestamps stay Arrow ``timestamp[us]`` (PostgreSQL ``timestamp without time zone``).
-    """
-    import adbc_driver_postgresql.dbapi as adbc
-
-    connection = adbc.connect(store.libpq_url(url))  # autocommit off: one transaction
-    cursor = connection.cursor()
-    try:
-        for rows in tables:
-            done = 0
-            for batch in _prefetched(frame.to_arrow() for frame in rows.frames):
-                if batch.num_rows:
-                    cursor.adbc_ingest(rows.table, batch, mode="append")
-                done += batch.num_rows
-                _report(progress, rows, done)
-        _rebuild_counts(cursor, progress)
-        cursor.execute("ANALYZE")
-        connection.commit()
-    except BaseException:
-        connection.rollback()
-        raise
-    finally:
-        cursor.close()
-        connection.close()

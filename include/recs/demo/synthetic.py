@@ -4,31 +4,19 @@ The model (vectorised NumPy, generated in chunks of ``CHUNK_USERS`` followers):
 
 - **Out-degree** is lognormal (sigma ``OUT_DEGREE_SIGMA``), rescaled so the mean is exactly
   ``avg_out_degree``: a heavy tail (a few users follow thousands) and a thin-graph head (~5 %
-  follow fewer than 5 at a mean of 50, so cold start is exercised). The lognormal is a
-  modelling choice (heavy-tailed without a pure power law's extreme head); the constants were
-  tuned here to give what the issue asks: hubs with in-degrees in the thousands at 50 k users
-  and above 100 k at 1 M users.
+  follow fewer than 5 at a mean of 50, so cold start is exercised).
 - **Followees**: a share ``LOCAL_SHARE`` of each user's follows goes to neighbours on a random
   ring (offset ~ geometric, mean ``LOCAL_WINDOW``): communities, so friends-of-friends with
   several mutual follows exist and many follows are reciprocated. The rest is drawn by
   popularity, ``P(rank r) ~ r ** -POPULARITY_EXPONENT`` over a random popularity order (Zipf):
-  a heavy-tailed **in-degree** with hubs. Measured (seed 7 / 1, mean out-degree 50): at 50 k
-  users the top in-degree is 18,331 and the 100th 848; at 1 M users (50 M edges) the top is
-  234,936, the 100th 8,620, the 99.9th percentile 1,386.
+  a heavy-tailed **in-degree** with hubs (in the thousands at 50 k users, above 100 k at 1 M).
 - Self-loops are removed and duplicate pairs collapsed, then each user's shortfall is redrawn
-  (``TOP_UP_ROUNDS`` rounds from the model, then up to ``UNIFORM_ROUNDS`` uniform ones for the
-  last few follows of very high-degree users), so realised out-degrees equal the drawn ones
-  and the edge count is exactly ``round(avg_out_degree * n_users)``.
+  (``TOP_UP_ROUNDS`` rounds from the model, then up to ``UNIFORM_ROUNDS`` uniform ones), so
+  the edge count is exactly ``round(avg_out_degree * n_users)``.
 
-User ids are ``0 .. n_users-1``. Every generated user attribute (timestamps, status, blocks,
-pending requests, interests, ...) comes from the same code as the real datasets
-(``recs.datasets.load_graph``), so a synthetic store looks like a loaded one. Deterministic for
-a seed: every chunk has its own random stream ``(seed, GRAPH, chunk)``.
-
-Measured on this 2-core machine (shared with other jobs, load 2-4): 100 k users / 5 M edges
-generated in 1.7 s and loaded in 13-20 s; 1 M users / 50 M edges generated in 24 s (peak RSS
-3.6 GB) and loaded in ~175 s (rows 77 s, reverse index 46-79 s, commit 16 s), plus ~40 s to
-drop the previous tables when ``replace`` overwrites a store of that size.
+User ids are ``0 .. n_users-1``; every other field comes from ``recs.demo.generated`` (as for
+the real datasets). Deterministic for a seed: each chunk has its own random stream ``(seed,
+GRAPH, chunk)``. How the constants were tuned, measured degrees and speeds: ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -40,18 +28,12 @@ from typing import Any
 import numpy as np
 
 from recs.config import Settings
-from recs.datasets import (
-    FollowGraph,
-    ProgressCallback,
-    RandomStream,
-    load_graph,
-    position_dtype,
-    rng_for,
-    sorted_unique,
-)
+from recs.demo.follow_graph import FollowGraph, position_dtype, sorted_unique
+from recs.demo.generated import RandomStream, load_graph, rng_for
 from recs.errors import DatasetError
+from recs.store.bulk import ProgressCallback
 
-log = logging.getLogger("recs.synthetic")
+log = logging.getLogger("recs.demo.synthetic")
 
 OUT_DEGREE_SIGMA = 1.1
 LOCAL_SHARE = 0.5
@@ -185,7 +167,7 @@ def generate_graph(
 ) -> dict[str, Any]:
     """Generate a synthetic graph of ``n_users`` and load it (plus generated fields) into the store.
 
-    Returns the ``recs.datasets.load_graph`` summary plus ``dataset`` (``synthetic``),
+    Returns the ``recs.demo.generated.load_graph`` summary plus ``dataset`` (``synthetic``),
     ``avg_out_degree`` (target), degree statistics (``max_in_degree``, ``max_out_degree``,
     ``mean_out_degree``, ``in_degree_p999``), ``seconds`` (wall) and ``timings`` (seconds per
     step: ``graph``, ``generate``, ``write``). Raises ``DatasetError`` for bad arguments or a

@@ -3,7 +3,7 @@
 dbt on DuckDB does the set logic of the nightly run (ARCHITECTURE §3): hub accounts, follow
 exclusions, eligible users, candidate profiles and the popularity index, each tested and
 documented, then exported to Parquet for the traversal and the read API (layout in
-``recs.runs``; schemas in ``recs.contracts.EXPORT_SCHEMAS``).
+``recs.nightly.runs``; schemas in ``recs.contracts.EXPORT_SCHEMAS``).
 
 Everything the build writes is run-scoped: the DuckDB file ``paths.warehouse`` (one per run,
 opened read-write only by this dbt invocation: the single writer), the exports under
@@ -24,8 +24,8 @@ from typing import Any
 import recs
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, check_schema
-from recs.errors import RecsError, RunNotFoundError
-from recs.runs import RunPaths
+from recs.errors import ModelsBuildError, RunNotFoundError
+from recs.nightly.runs import RunPaths
 
 log = logging.getLogger("recs.models")
 
@@ -40,10 +40,6 @@ SNAPSHOT_FILES = (
 # Exports written as hive-partitioned directories (shard_id=N/*.parquet); the rest are one file.
 PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
 _FAILED_STATUSES = {"error", "fail", "runtime error"}
-
-
-class ModelsBuildError(RecsError):
-    """``dbt build`` failed (a model, data test or unit test), or an export is missing."""
 
 
 def dbt_project_dir() -> Path:

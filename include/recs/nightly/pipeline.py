@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from recs.config import Settings, get_settings
-from recs.manifest import read_json
-from recs.runs import RunPaths, check_shard
+from recs.files import read_json
+from recs.nightly.runs import RunPaths, check_shard
 
 
 def run_settings(paths: RunPaths) -> Settings:
@@ -32,14 +32,14 @@ def run_settings(paths: RunPaths) -> Settings:
 
 def freeze_snapshot(paths: RunPaths, settings: Settings | None = None) -> dict[str, Any]:
     """Copy the live store into ``paths.snapshot_dir`` (consistent, non-blocking read)."""
-    from recs.snapshot import freeze_snapshot as _freeze
+    from recs.nightly.snapshot import freeze_snapshot as _freeze
 
     return _freeze(paths, settings or get_settings())
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
     """``dbt build`` over the snapshot into the run's DuckDB file and Parquet exports."""
-    from recs.models import build_models as _build
+    from recs.nightly.models import build_models as _build
 
     return _build(paths, run_settings(paths))
 
@@ -67,14 +67,14 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
 
 def validate_run(paths: RunPaths) -> dict[str, Any]:
     """The Great Expectations gate; raises ``ValidationFailedError`` if any check fails."""
-    from recs.validation import validate_run as _validate
+    from recs.nightly.validation import validate_run as _validate
 
     return _validate(paths, run_settings(paths))
 
 
 def publish_run(paths: RunPaths) -> dict[str, Any]:
     """Write ``published/<run_id>/`` and atomically point ``CURRENT`` at it."""
-    from recs.publish import publish_run as _publish
+    from recs.nightly.publish import publish_run as _publish
 
     return _publish(paths, run_settings(paths))
 

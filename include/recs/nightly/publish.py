@@ -33,7 +33,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -44,7 +43,9 @@ from typing import Any
 
 from recs.config import Settings
 from recs.errors import RunNotFoundError, ValidationFailedError
-from recs.manifest import read_json, write_json
+from recs.files import atomic_write, fsync_dir, fsync_file, read_json, sha256_file, write_json
+from recs.nightly.runs import RunPaths, check_run_id
+from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
     CURRENT_FILE,
     MANIFEST_FILE,
@@ -53,8 +54,6 @@ from recs.published import (
     current_version,
     version_manifest,
 )
-from recs.runs import RunPaths, check_run_id
-from recs.validation import SUMMARY_FILE
 
 EXPORT_FILES = ("popularity_index.parquet", "candidate_profiles.parquet")
 
@@ -74,8 +73,6 @@ MANIFEST_SETTINGS = (
     "half_life_days",
     "sample_seed",
 )
-
-_HASH_CHUNK = 1 << 20
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +201,7 @@ def _stage_version(
         relative = f"shard_id={shard_id:03d}/{RECOMMENDATIONS_FILE}"
         target = staging / relative
         _link_or_copy(paths.shard_output(shard_id), target)
-        digest = _sha256(target)
+        digest = sha256_file(target)
         if digest != validated[shard_id]["sha256"]:
             raise ValidationFailedError(
                 f"refusing to publish run {paths.run_id}: shard {shard_id} changed since it "
@@ -220,7 +217,7 @@ def _stage_version(
                 "sha256": digest,
             }
         )
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     exports = []
     for name in EXPORT_FILES:
         source = paths.exports_dir / name
@@ -231,7 +228,7 @@ def _stage_version(
             {
                 "path": name,
                 "bytes": (staging / name).stat().st_size,
-                "sha256": _sha256(staging / name),
+                "sha256": sha256_file(staging / name),
             }
         )
     manifest = {
@@ -247,7 +244,7 @@ def _stage_version(
         "validation": {"success": True, "evaluated": summary.get("evaluated")},
     }
     write_json(staging / MANIFEST_FILE, manifest)
-    _fsync_dir(staging)
+    fsync_dir(staging)
     return manifest
 
 
@@ -255,7 +252,7 @@ def _move_into_place(staging: Path, target: Path) -> str:
     """Make ``staging`` the version folder ``target``; return new / unchanged / replaced."""
     if not target.exists():
         os.rename(staging, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return "new"
     new_manifest = (staging / MANIFEST_FILE).read_bytes()
     try:
@@ -273,7 +270,7 @@ def _move_into_place(staging: Path, target: Path) -> str:
     aside = _empty_dir(target.parent / f".{target.name}.old")
     os.rename(target, aside / "version")
     os.rename(staging, target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     shutil.rmtree(aside, ignore_errors=True)
     return "replaced"
 
@@ -293,7 +290,7 @@ def _exchange(first: Path, second: Path) -> bool:
         if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             return False
         raise OSError(code, os.strerror(code), str(second))
-    _fsync_dir(second.parent)
+    fsync_dir(second.parent)
     return True
 
 
@@ -305,14 +302,9 @@ def _empty_dir(path: Path) -> Path:
 
 
 def _write_current(published_dir: Path, run_id: str) -> None:
-    """Replace ``CURRENT`` atomically: readers see the old name or the new one, never half."""
-    tmp = published_dir / f".{CURRENT_FILE}.tmp"
-    with tmp.open("w", encoding="utf-8") as handle:
+    """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one."""
+    with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, published_dir / CURRENT_FILE)
-    _fsync_dir(published_dir)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -327,27 +319,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         if error.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
             raise
         shutil.copyfile(source, target)
-    fd = os.open(target, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(target)
 
 
 @contextmanager

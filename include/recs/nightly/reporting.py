@@ -6,8 +6,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from recs.manifest import read_json
-from recs.runs import RunPaths
+from recs.files import read_json
+from recs.nightly.runs import RunPaths
 
 
 def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = None) -> dict:

@@ -32,7 +32,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from recs.errors import InvalidDateError, RecsError, RunNotFoundError, ShardOutOfRangeError
+from recs.errors import (
+    InvalidDateError,
+    InvalidRunIdError,
+    RunNotFoundError,
+    ShardOutOfRangeError,
+)
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a run id may be (``fullmatch``), and it must not contain ``..``: one path segment,
@@ -42,10 +47,6 @@ RUN_ID_RULE = (
     "without '..'"
 )
 _AIRFLOW_SEPARATORS = re.compile(r"[~:+]+")  # in Airflow's allowed_run_id_pattern, not in ours
-
-
-class InvalidRunIdError(RecsError):
-    """A run id outside ``RUN_ID_PATTERN`` (exit 2; the message names the rule)."""
 
 
 def parse_snapshot_date(value: str | dt.date) -> dt.date:

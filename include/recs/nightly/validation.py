@@ -1,44 +1,25 @@
 """The Great Expectations gate: nothing is published unless every check here passes.
 
 ``validate_run`` reads every shard output of a run (``shards/shard_id=NNN/``), derives four
-frames from them in Polars, validates each with a GX 1.x expectation suite run as a Checkpoint
-on an ephemeral context (pandas datasource, dataframe asset, whole-dataframe batch definition),
-saves the results with the run and raises ``ValidationFailedError`` if anything failed.
+frames from them in Polars (``gate_batches``: **the gate's expectations are defined there**),
+runs each as a GX checkpoint (``recs.nightly.checkpoints``), saves the results with the run and
+raises ``ValidationFailedError`` if anything failed. The four batches, one row per ...:
 
-The four batches (one row per ...) and what their expectations check:
+``recommendations``  published row as written: contract columns, types, no nulls, unique
+    (user_id, candidate_id), this run's run_id.
+``recommendation_rules``  published row with derived columns: rank in 1..top_k, score in
+    [0, score_max], mutual_count >= min_mutual_count, followed_by within followed_by_count, no
+    self-recommendation, no excluded candidate (``exports/follow_exclusions``), candidate active
+    and discoverable (``exports/candidate_profiles``).
+``users``  user with recommendations: ranks 1..n gapless and unique; all rows in the one shard
+    ``recs.sharding.shard_of`` assigns (the read path looks nowhere else).
+``shards``  ``shard_id=NNN`` directory: exactly the planned shards, output and manifest present,
+    readable Parquet with the contract schema sorted by (user_id, rank), manifest counts equal.
 
-``recommendations``  one row per published row: the union of all shard outputs, as written.
-    Columns in contract order, their types, no nulls, unique (user_id, candidate_id), every row
-    carries this run's run_id.
-``recommendation_rules``  one row per published row, with derived columns: rank in 1..top_k,
-    score in [0, score_max], mutual_count >= min_mutual_count, len(followed_by) <=
-    followed_by_count, no self-recommendation, no candidate in that user's exclusions (a
-    semi-join with ``exports/follow_exclusions``), candidate active and discoverable (from
-    ``exports/candidate_profiles``; the issue's pre-rank filters).
-``users``  one row per user with recommendations (per-user aggregates): ranks start at 1 and
-    are gapless and unique (min_rank == 1, max_rank == rows, distinct ranks == rows), and the
-    user's rows sit in exactly one shard, the one ``recs.sharding.shard_of`` assigns (the read
-    path looks nowhere else).
-``shards``  one row per ``shard_id=NNN`` directory found: the distinct shard ids equal the
-    planned set ``0 .. shard_count-1``; output and manifest present; the file is readable Parquet
-    with exactly the contract schema, sorted by (user_id, rank); the manifest's shard id, rows
-    and users_with_recommendations equal the file's.
-
-Why four checkpoints and not one: GX 1.x applies one ``batch_parameters`` dict to every
-validation definition of a checkpoint, and an in-memory dataframe is passed exactly that way
-(``{"dataframe": df}``), so one checkpoint can only validate one dataframe. Each batch gets its
-own suite, validation definition and checkpoint; their results are merged into one document.
-GX's SQL datasource through duckdb-engine failed on every expectation here when the project
-tried it, hence pandas batches.
-
-Pandas batches are converted from Polars with NumPy dtypes (GX's fast vectorised paths), except
-list columns, which stay Arrow-backed: GX fingerprints each batch by hashing it and falls back to
-pickling the whole frame when a column holds Python lists (10 s for 1.5 M rows).
-
-Outputs under ``paths.validation_dir``: ``results.json`` (per checkpoint, per expectation:
-name, type, kwargs, success, unexpected counts and up to 20 offending keys) and
-``summary.json`` (``run_id, success, evaluated, failed`` plus the validated shard files'
-sha256, rows and users, which ``recs.publish`` checks before publishing them).
+Outputs under ``paths.validation_dir``: ``results.json`` (per checkpoint, per expectation: name,
+type, kwargs, success, unexpected counts, up to 20 offending keys) and ``summary.json``
+(``run_id, success, evaluated, failed`` plus the validated shard files' sha256, rows and users,
+which ``recs.nightly.publish`` checks before publishing them).
 """
 
 from __future__ import annotations
@@ -47,10 +28,9 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +39,9 @@ import polars as pl
 from recs.config import Settings
 from recs.contracts import RECOMMENDATION_SCHEMA
 from recs.errors import ValidationFailedError
-from recs.manifest import write_json
-from recs.runs import RunPaths
+from recs.files import write_json
+from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_expr
 
 RESULTS_FILE = "results.json"
@@ -87,20 +68,6 @@ _PANDAS_TYPE_NAMES: dict[type[pl.DataType], str] = {
 }
 
 
-@dataclass
-class GateBatch:
-    """One frame to validate, its expectations ``[(check name, expectation)]`` and its keys."""
-
-    name: str
-    frame: pl.DataFrame
-    keys: list[str]
-    expectations: list[tuple[str, Any]] = field(default_factory=list)
-
-    def expect(self, check: str, expectation_class: type, **kwargs: Any) -> None:
-        """Add an expectation named ``check`` (kept in its ``meta`` to name its result)."""
-        self.expectations.append((check, expectation_class(**kwargs, meta={"check": check})))
-
-
 def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     """Run the gate over a run's shard outputs; save results; raise if any expectation failed.
 
@@ -114,7 +81,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     checks) after saving the results. The wall clock is not read except to time the stage.
     """
     started = time.perf_counter()
-    _quiet_gx()  # imports GX first, so the timings below exclude it
+    quiet_gx()  # imports GX first, so the timings below exclude it
     seconds = {"gx_import": time.perf_counter() - started}
     lap = time.perf_counter()
     outputs = read_shard_outputs(paths)
@@ -294,7 +261,7 @@ def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> 
     Pure given its inputs except for reading the run's exclusion and candidate-profile exports.
     Check names are stable identifiers: they appear in ``summary.json`` and in the error.
     """
-    _quiet_gx()
+    quiet_gx()
     import great_expectations.expectations as gxe
 
     union = outputs.union
@@ -470,115 +437,6 @@ def user_rank_stats(conformed: pl.DataFrame, shard_count: int) -> pl.DataFrame:
         .sort("user_id")
         .collect()
     )
-
-
-def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]:
-    """Validate each batch with its own suite, validation definition and checkpoint.
-
-    One ephemeral GX context, analytics and progress bars off. The GX run id is the run's id
-    and ``paths.as_of`` (not the wall clock), so the saved document is the same on a rerun.
-    Returns ``{"run_id", "success", "statistics", "checkpoints": [{"name", "batch", "rows",
-    "success", "statistics", "expectations": [{"name", "expectation_type", "kwargs",
-    "success", "result", ["exception_info"]}]}]}``, expectations in suite order.
-    """
-    _quiet_gx()
-    import great_expectations as gx
-    from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    datasource = context.data_sources.add_pandas("recs_run")
-    run_id = RunIdentifier(run_name=paths.run_id, run_time=paths.as_of)
-
-    checkpoints = []
-    for batch in batches:
-        asset = datasource.add_dataframe_asset(batch.name)
-        batch_definition = asset.add_batch_definition_whole_dataframe("whole_frame")
-        suite = gx.ExpectationSuite(name=f"recs_{batch.name}")
-        for _, expectation in batch.expectations:
-            suite.add_expectation(expectation)
-        suite = context.suites.add(suite)
-        definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=f"recs_{batch.name}", data=batch_definition, suite=suite)
-        )
-        keys = [k for k in batch.keys if k in batch.frame.columns]
-        result_format: dict[str, Any] = {"result_format": "SUMMARY"}
-        if keys == batch.keys:
-            result_format["unexpected_index_column_names"] = keys
-        checkpoint = context.checkpoints.add(
-            gx.Checkpoint(
-                name=f"recs_gate_{batch.name}",
-                validation_definitions=[definition],
-                result_format=result_format,
-            )
-        )
-        result = checkpoint.run(
-            batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
-        )
-        checkpoints.append(_describe(batch, result))
-
-    evaluated = sum(len(c["expectations"]) for c in checkpoints)
-    successful = sum(e["success"] for c in checkpoints for e in c["expectations"])
-    return {
-        "run_id": paths.run_id,
-        "snapshot_date": paths.snapshot_date.isoformat(),
-        "success": all(c["success"] for c in checkpoints),
-        "statistics": {
-            "evaluated_expectations": evaluated,
-            "successful_expectations": successful,
-            "unsuccessful_expectations": evaluated - successful,
-        },
-        "checkpoints": checkpoints,
-    }
-
-
-def _quiet_gx() -> None:
-    """Import GX quietly: analytics off (unless ``GX_ANALYTICS_ENABLED`` is set) and its INFO
-    chatter (hundreds of lines at import, temp-dir notices) kept out of task logs. GX sets
-    some module loggers to INFO itself, so those are lowered after the import."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    gx_logger = logging.getLogger("great_expectations")
-    if gx_logger.level == logging.NOTSET:
-        gx_logger.setLevel(logging.WARNING)
-    import great_expectations  # noqa: F401
-
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if (
-            name.startswith("great_expectations.")
-            and isinstance(logger, logging.Logger)
-            and logging.NOTSET < logger.level < logging.WARNING
-        ):
-            logger.setLevel(logging.WARNING)
-
-
-def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
-    """A checkpoint result as JSON, each expectation named by its check, in suite order."""
-    by_check: dict[str, dict[str, Any]] = {}
-    statistics: dict[str, Any] = {}
-    for suite_result in result.run_results.values():
-        statistics = suite_result.describe_dict()["statistics"]
-        for expectation_result in suite_result.results:
-            check = expectation_result.expectation_config.meta["check"]
-            by_check[check] = {"name": check, **expectation_result.describe_dict()}
-    expectations = [by_check[check] for check, _ in batch.expectations]
-    return {
-        "name": result.name,
-        "batch": batch.name,
-        "rows": batch.frame.height,
-        "success": bool(result.success),
-        "statistics": statistics,
-        "expectations": json.loads(json.dumps(expectations, default=str)),
-    }
-
-
-def _to_pandas(frame: pl.DataFrame):
-    """Polars to pandas: NumPy dtypes for scalar columns, Arrow-backed list columns."""
-    list_columns = [c for c, t in frame.schema.items() if isinstance(t, pl.List)]
-    pandas_frame = frame.drop(list_columns).to_pandas()
-    for column in list_columns:
-        pandas_frame[column] = frame.get_column(column).to_pandas(use_pyarrow_extension_array=True)
-    return pandas_frame[frame.columns]
 
 
 def _conformed(union: pl.DataFrame) -> pl.DataFrame:

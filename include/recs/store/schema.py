@@ -1,33 +1,19 @@
-"""The live graph store: schema and connection (SQLite in WAL mode by default, any SQLAlchemy URL).
+"""The live graph store's schema: tables, indexes, the ``mutual_follows`` view, upgrades.
 
 Tables follow the design document's data model (``users``, ``follow_edges``,
 ``dismissed_candidates``) plus the relationship state the pruning step needs (``blocks``,
-``mutes``) and the interest tags the cold-start path ranks by (``user_interests``).
+``mutes``), the interest tags cold start ranks by (``user_interests``) and ingestion's
+bookkeeping: ``user_follow_counts`` (active follows only), relationship versions
+(``event_time_us``/``event_id`` on each relationship row, ``relationship_tombstones`` once it is
+deleted: ``recs.store.relationships``), ``user_field_versions``, ``ingested_events``,
+``quarantined_events`` and ``ingested_files``.
 
-``follow_edges`` has its primary key on ``(follower_id, followee_id)`` (the forward index: one
-user's follows are contiguous) and an index on ``(followee_id, follower_id)`` (the reverse index
-of the design, serving "who follows X", hub detection and popularity).
-
-Event ingestion (``recs.ingest``) keeps its bookkeeping here too: ``user_follow_counts`` (the
-design's denormalised follower/following counters, active follows only), last-writer-wins
-versions (the time and id of the last event applied to each relationship: ``event_time_us`` /
-``event_id`` on the relationship's row, NULL for rows loaded in bulk, and in
-``relationship_tombstones`` once the row is deleted; per user attribute in
-``user_field_versions``), the ids of every event already seen (``ingested_events``), rejected input
-(``quarantined_events``) and one audit row per ingested file (``ingested_files``). The view
-``mutual_follows`` lists every pair of users who follow each other (both edges ``active``).
-
-**PostgreSQL** (selected by a ``postgresql://`` URL): ``follow_edges`` is hash-partitioned by
-``follower_id`` into ``EDGE_PARTITIONS`` partitions (one user's follows live in one partition:
-the design's forward index) and ``follow_edges_reverse`` is a copy of it keyed and
-hash-partitioned by ``followee_id`` (the reverse index: one account's followers in one
-partition), kept identical by statement-level triggers on ``follow_edges``, so every writer
-(the loaders, ``recs ingest``, a psql session) maintains both directions in the same
-transaction. On SQLite the reverse index ``ix_follow_edges_reverse`` plays that role; the
-reverse table exists only on PostgreSQL (``tables_for``). PostgreSQL's own hash of ``bigint``
-places rows in storage partitions; that is independent of ``recs.sharding`` (the batch's shards).
-
-Timestamps are stored as timezone-naive UTC ``DATETIME`` (ISO text in SQLite).
+``follow_edges`` is keyed ``(follower_id, followee_id)`` (the forward index) with a reverse
+index ``(followee_id, follower_id)``. On PostgreSQL both directions are tables hash-partitioned
+into ``EDGE_PARTITIONS`` (``follow_edges`` by follower, ``follow_edges_reverse`` by followee),
+kept identical by statement-level triggers; ``tables_for`` gives the tables of a backend.
+``create_schema`` creates or upgrades a store in place. Timestamps are naive UTC ``DATETIME``
+(ISO text in SQLite). Why this layout: ``recs/store/README.md``.
 """
 
 from __future__ import annotations
@@ -46,9 +32,9 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
-    event,
 )
+
+from recs.store.relationships import RELATIONS
 
 metadata = MetaData()
 
@@ -158,8 +144,6 @@ user_follow_counts = Table(
 )
 """One row per user whose counts were ever non-zero (no row means 0/0): active follows only."""
 
-RELATIONS = ("follow", "block", "mute", "dismiss")
-
 relationship_tombstones = Table(
     "relationship_tombstones",
     metadata,
@@ -170,7 +154,7 @@ relationship_tombstones = Table(
     Column("event_id", String(128), nullable=False),
     PrimaryKeyConstraint("relation", "source_id", "target_id", name="pk_relationship_tombstones"),
     CheckConstraint(
-        "relation in ('follow', 'block', 'mute', 'dismiss')", name="ck_relationship_tombstones"
+        f"relation in ({', '.join(map(repr, RELATIONS))})", name="ck_relationship_tombstones"
     ),
     sqlite_with_rowid=False,
 )
@@ -258,64 +242,6 @@ SNAPSHOT_TABLES = (
     "dismissed_candidates",
     "user_interests",
 )
-
-
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    # WAL: readers (the nightly snapshot) never block the writer and vice versa.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
-
-
-def normalize_url(url: str) -> str:
-    """PostgreSQL URLs use the psycopg (3) driver, the one in requirements.txt whose pipeline
-    mode ``recs.ingest`` relies on: ``postgresql://``, ``postgres://`` and
-    ``postgresql+psycopg2://`` become ``postgresql+psycopg://``; other URLs are unchanged."""
-    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
-
-
-def display_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``: what messages, logs and manifests show."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def one_line(error: BaseException, url: str | None = None, *, limit: int | None = None) -> str:
-    """A driver error as one line of text (whitespace runs collapsed; the class name if it has
-    no message), the password of ``url`` (if any) masked in it, cut to ``limit`` characters."""
-    from sqlalchemy.engine import make_url
-
-    message = " ".join(str(error).split()) or type(error).__name__
-    password = make_url(url).password if url else None
-    if password:
-        message = message.replace(str(password), "***")
-    return message[:limit] if limit else message
-
-
-def libpq_url(url: str) -> str:
-    """A PostgreSQL SQLAlchemy URL as a libpq connection URI (for psycopg and ADBC)."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(normalize_url(url)).set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=False)
-
-
-def engine_for(url: str) -> Engine:
-    """A SQLAlchemy engine for the live store; SQLite connections get WAL and a busy timeout.
-
-    ``postgresql://`` URLs get the psycopg (3) driver (``normalize_url``).
-    """
-    engine = create_engine(normalize_url(url), future=True)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
-    return engine
 
 
 def tables_for(dialect_name: str) -> list[Table]:
@@ -502,8 +428,3 @@ REBUILD_FOLLOW_COUNTS_SQL = (
 """Statements that make ``user_follow_counts`` exactly the counts of the edges (run them in
 one transaction, e.g. at the end of a bulk load)."""
 
-
-def sqlite_path(url: str) -> str | None:
-    """The file path of a ``sqlite:///`` URL, or None for another backend."""
-    prefix = "sqlite:///"
-    return url[len(prefix) :] if url.startswith(prefix) else None

@@ -17,9 +17,9 @@ Two layers: ``recommend_from_follows`` is the design's per-user loop over an adj
 in sample order (what ``make bench`` times, per user, as "the design's algorithm in pure
 Python"); ``reference_recommendations`` first samples every list with Python-integer keys
 (``capped_follows``, independent of the NumPy / Numba code) and is what the tests compare the
-kernel with. It is slow (about 11 s for 300 users of a 6 M-edge graph at caps 200 x 50, mostly
-the sampling) and meant for tests and the benchmark's checks. Scores agree with the kernel's to
-~1e-16, not bit for bit: the kernel's activity term is evaluated by Polars.
+kernel with. It is slow (``bench/README.md``) and meant for tests and the benchmark's checks.
+Scores agree with the kernel's to ~1e-16, not bit for bit: the kernel's activity term is
+evaluated by Polars.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.sampling import capped_follows
-
-_ONE_MICROSECOND = dt.timedelta(microseconds=1)
+from recs.times import MICROS_PER_DAY, ONE_MICROSECOND, naive_utc
 
 
 def activity_recency(last_active_at: dt.datetime | None, as_of: dt.datetime, half_life_days):
@@ -43,8 +42,8 @@ def activity_recency(last_active_at: dt.datetime | None, as_of: dt.datetime, hal
     """
     if last_active_at is None:
         return 0.0
-    micros = (as_of - last_active_at) // _ONE_MICROSECOND
-    days_inactive = max(0.0, micros / 86_400_000_000)
+    micros = (as_of - last_active_at) // ONE_MICROSECOND
+    days_inactive = max(0.0, micros / MICROS_PER_DAY)
     return 0.5 ** (days_inactive / half_life_days)
 
 
@@ -201,7 +200,7 @@ def reference_shard(paths, settings, shard_id: int):
             "candidate_id", "is_recommendable", "last_active_at"
         ).iter_rows()
     }
-    as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
+    as_of = naive_utc(paths.as_of)
     rows = reference_recommendations(
         users, edges.iter_rows(), known, exclusions, profiles, settings, as_of
     )

@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import insert
 
 from recs import cli
-from recs import store as live
 from recs.config import get_settings
+from recs.store import schema
+from recs.store.connections import engine_for
 
 SECRET = "test-secret-0123456789-abcdefghijklmnop"
 RUN_ID_RULE = (
@@ -144,13 +145,13 @@ def _store_with_one_user(home):
     from recs.config import Settings
 
     settings = Settings(home=home)
-    engine = live.engine_for(settings.live_store_url)
-    live.create_schema(engine)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
     import datetime as dt
 
     with engine.begin() as connection:
         connection.execute(
-            insert(live.users),
+            insert(schema.users),
             [dict(user_id=1, created_at=dt.datetime(2026, 1, 1),
                   last_active_at=dt.datetime(2026, 1, 1), account_status="active",
                   is_discoverable=True)],
@@ -160,7 +161,7 @@ def _store_with_one_user(home):
 
 def test_generate_graph_refuses_a_non_empty_store_before_generating(recs, tmp_path, monkeypatch):
     """The store holds 1 user: one line naming it, and the generator is never called."""
-    from recs import synthetic
+    from recs.demo import synthetic
 
     _store_with_one_user(tmp_path / "home")
 
@@ -176,7 +177,7 @@ def test_generate_graph_refuses_a_non_empty_store_before_generating(recs, tmp_pa
 
 
 def test_load_dataset_refuses_a_non_empty_store_before_parsing(recs, tmp_path, monkeypatch):
-    from recs import datasets
+    from recs.demo import datasets
 
     _store_with_one_user(tmp_path / "home")
 

@@ -1,4 +1,4 @@
-"""recs.datasets: parsing the real files, the generated fields, writing the live store."""
+"""recs.demo: parsing the real files, the generated fields, writing the live store."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recs import datasets
 from recs.config import Settings
-from recs.datasets import (
-    DATASETS,
+from recs.demo import generated
+from recs.demo.datasets import DATASETS, load_dataset, read_edges
+from recs.demo.follow_graph import FollowGraph
+from recs.demo.generated import (
     GENERATED_FIELDS,
     REFERENCE_END,
-    FollowGraph,
     generate_interests,
     generate_relationships,
     generate_user_attributes,
-    load_dataset,
-    read_edges,
 )
+from recs.demo.synthetic import synthetic_follow_graph
 from recs.errors import DatasetError, RecsError
-from recs.synthetic import synthetic_follow_graph
+from recs.store import bulk, schema
+from recs.store.connections import engine_for
 
 END_S = int((REFERENCE_END - dt.datetime(1970, 1, 1)).total_seconds())
 DAY_S = 86_400
@@ -159,12 +159,10 @@ def test_timestamps_are_stored_as_sqlalchemy_datetime_text(settings):
     """SQLAlchemy reads back what the bulk path wrote (same text format)."""
     from sqlalchemy import select
 
-    from recs import store
-
     load_dataset("slashdot", settings)
-    engine = store.engine_for(settings.live_store_url)
+    engine = engine_for(settings.live_store_url)
     with engine.connect() as connection:
-        created = connection.execute(select(store.users.c.created_at)).scalars().all()
+        created = connection.execute(select(schema.users.c.created_at)).scalars().all()
     engine.dispose()
     assert all(isinstance(value, dt.datetime) for value in created)
     assert max(created) < REFERENCE_END
@@ -172,7 +170,7 @@ def test_timestamps_are_stored_as_sqlalchemy_datetime_text(settings):
 
 def test_sqlalchemy_path_writes_the_same_rows_as_the_bulk_path(tmp_path, settings, monkeypatch):
     load_dataset("slashdot", settings)
-    monkeypatch.setattr(datasets, "_use_sqlite_bulk_path", lambda url: False)
+    monkeypatch.setattr(bulk, "_use_sqlite_bulk_path", lambda url: False)
     generic = Settings(home=tmp_path / "generic", datasets_dir=settings.datasets_dir)
     load_dataset("slashdot", generic)
     assert dump(generic) == dump(settings)
@@ -186,13 +184,13 @@ def test_generated_user_attributes_have_the_documented_mix():
     idle = END_S - users.last_active_s
     assert (users.created_s <= users.last_active_s).all()
     assert (users.last_active_s < END_S).all()
-    assert (age < DAY_S).mean() == pytest.approx(datasets.NEW_ACCOUNT_SHARE, abs=0.001)
-    assert (idle > 30 * DAY_S).mean() == pytest.approx(datasets.DORMANT_SHARE, abs=0.02)
+    assert (age < DAY_S).mean() == pytest.approx(generated.NEW_ACCOUNT_SHARE, abs=0.001)
+    assert (idle > 30 * DAY_S).mean() == pytest.approx(generated.DORMANT_SHARE, abs=0.02)
     assert (idle < 7 * DAY_S).mean() > 0.5  # most active within days
-    assert (users.status_code == 1).mean() == pytest.approx(datasets.SUSPENDED_SHARE, abs=0.002)
-    assert (users.status_code == 2).mean() == pytest.approx(datasets.DEACTIVATED_SHARE, abs=0.002)
-    assert users.is_discoverable.mean() == pytest.approx(datasets.DISCOVERABLE_SHARE, abs=0.003)
-    assert users.is_private.mean() == pytest.approx(datasets.PRIVATE_SHARE, abs=0.003)
+    assert (users.status_code == 1).mean() == pytest.approx(generated.SUSPENDED_SHARE, abs=0.002)
+    assert (users.status_code == 2).mean() == pytest.approx(generated.DEACTIVATED_SHARE, abs=0.002)
+    assert users.is_discoverable.mean() == pytest.approx(generated.DISCOVERABLE_SHARE, abs=0.003)
+    assert users.is_private.mean() == pytest.approx(generated.PRIVATE_SHARE, abs=0.003)
     again = generate_user_attributes(n, seed=11)
     assert np.array_equal(users.last_active_s, again.last_active_s)
 
@@ -202,7 +200,7 @@ def test_interests_are_one_to_three_distinct_tags_per_user():
     per_user = np.bincount(users, minlength=10_000)
     assert per_user.min() == 1 and per_user.max() == 3
     assert len(set(zip(users.tolist(), tags.tolist(), strict=True))) == len(users)
-    assert set(tags.tolist()) == set(range(len(datasets.INTEREST_TAGS)))
+    assert set(tags.tolist()) == set(range(len(generated.INTEREST_TAGS)))
 
 
 def friends_of_friends(graph: FollowGraph, user: int) -> set[int]:

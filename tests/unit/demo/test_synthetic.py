@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from recs.config import Settings
+from recs.demo.synthetic import generate_graph, out_degrees, synthetic_follow_graph
 from recs.errors import DatasetError
-from recs.synthetic import generate_graph, out_degrees, synthetic_follow_graph
 
 
 def edge_keys(graph) -> np.ndarray:

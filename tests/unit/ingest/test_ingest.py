@@ -14,9 +14,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from recs import ingest, store
 from recs.config import Settings
-from recs.ingest import IngestInputError
+from recs.errors import IngestInputError
+from recs.ingest.events import Rejected, TimeWindow, time_window, validate_event
+from recs.ingest.quarantine import MAX_QUARANTINED_LINE_CHARS
+from recs.ingest.reconcile import follow_counts, mutual_follows, reconcile_counts
+from recs.ingest.resolution import apply_events
+from recs.ingest.run import ingest_landing, ingest_paths, landing_dir, pending_files
+from recs.ingest.session import StoreSession
+from recs.store import schema
+from recs.store.connections import engine_for
 
 T0 = dt.datetime(2026, 10, 1, 12, 0)
 
@@ -58,12 +65,12 @@ class Store:
     def ingest(self, events: list, **kwargs) -> dict:
         self.files += 1
         path = write_jsonl(self.folder / f"events-{self.files:02d}.jsonl", events)
-        result = ingest.ingest_paths([path], self.settings, **kwargs)
+        result = ingest_paths([path], self.settings, **kwargs)
         assert result["balanced"], result
         return result
 
     def query(self, sql: str) -> list[tuple]:
-        engine = store.engine_for(self.settings.live_store_url)
+        engine = engine_for(self.settings.live_store_url)
         try:
             with engine.connect() as connection:
                 return [tuple(row) for row in connection.execute(text(sql))]
@@ -124,11 +131,11 @@ def test_follow_unfollow_counts_and_mutual_follows(live):
     assert result["effects"] == {"follows_added": 4, "follows_removed": 1}
     assert live.edges() == {(1, 2): "active", (2, 1): "active", (3, 1): "active"}
     assert live.counts() == {1: (2, 1), 2: (1, 1), 3: (0, 1)}
-    assert ingest.mutual_follows(live.settings, 1) == [2]
-    assert ingest.mutual_follows(live.settings, 2) == [1]
-    assert ingest.mutual_follows(live.settings, 3) == []
-    assert ingest.follow_counts(live.settings, 1) == {"follower_count": 2, "following_count": 1}
-    assert ingest.reconcile_counts(live.settings)["users_drifted"] == 0
+    assert mutual_follows(live.settings, 1) == [2]
+    assert mutual_follows(live.settings, 2) == [1]
+    assert mutual_follows(live.settings, 3) == []
+    assert follow_counts(live.settings, 1) == {"follower_count": 2, "following_count": 1}
+    assert reconcile_counts(live.settings)["users_drifted"] == 0
 
 
 def test_duplicates_within_a_file_and_across_files_change_nothing(live):
@@ -187,11 +194,11 @@ def test_pending_request_then_accept_and_pending_then_reject(live):
     live.ingest([event("r1", "follow_request", 1, 1, 4), event("f1", "follow", 2, 4, 1)])
     assert live.edges() == {(1, 4): "pending", (4, 1): "active"}
     assert live.counts() == {1: (1, 0), 4: (0, 1)}
-    assert ingest.mutual_follows(live.settings, 4) == []
+    assert mutual_follows(live.settings, 4) == []
     accepted = live.ingest([event("ok", "follow_accept", 3, 4, 1)])
     assert accepted["effects"] == {"follows_accepted": 1}
     assert live.edges() == {(1, 4): "active", (4, 1): "active"}
-    assert ingest.mutual_follows(live.settings, 4) == [1]
+    assert mutual_follows(live.settings, 4) == [1]
     rejected = live.ingest([event("r2", "follow", 4, 2, 4), event("no", "follow_reject", 5, 4, 2)])
     assert rejected["effects"] == {"follow_requests_pending": 1, "follows_removed": 1}
     assert live.edges() == {(1, 4): "active", (4, 1): "active"}
@@ -315,7 +322,7 @@ def test_mixed_file_quarantines_bad_lines_and_the_counts_add_up(live):
     assert [r[4] for r in rows] == [None, None, "m3", "m4", "m5", "m6", "m7", "m8"]
     assert live.edges() == {(1, 2): "active", (3, 1): "active"}
     assert live.counts() == {1: (1, 1), 2: (1, 0), 3: (0, 1)}
-    assert ingest.reconcile_counts(live.settings)["users_drifted"] == 0
+    assert reconcile_counts(live.settings)["users_drifted"] == 0
     audit = live.query(
         "SELECT read, applied, duplicates, superseded, quarantined FROM ingested_files "
         f"WHERE source = '{source}'"
@@ -346,7 +353,7 @@ def test_reconcile_reports_drift_and_repairs_it(live):
             event("c", "follow", 3, 3, 1),
         ]
     )
-    engine = store.engine_for(live.settings.live_store_url)
+    engine = engine_for(live.settings.live_store_url)
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE user_follow_counts SET follower_count = 5 WHERE user_id = 1")
@@ -354,7 +361,7 @@ def test_reconcile_reports_drift_and_repairs_it(live):
         connection.execute(text("DELETE FROM user_follow_counts WHERE user_id = 3"))
         connection.execute(text("INSERT INTO user_follow_counts VALUES (6, 0, 4)"))
     engine.dispose()
-    report = ingest.reconcile_counts(live.settings)
+    report = reconcile_counts(live.settings)
     assert {k: report[k] for k in ("users_drifted", "follower_drift", "following_drift")} == {
         "users_drifted": 3,
         "follower_drift": 3,
@@ -368,8 +375,8 @@ def test_reconcile_reports_drift_and_repairs_it(live):
         "actual_following_count": 1,
     }
     assert report["repaired"] is False
-    assert ingest.reconcile_counts(live.settings, repair=True)["repaired"] is True
-    assert ingest.reconcile_counts(live.settings)["users_drifted"] == 0
+    assert reconcile_counts(live.settings, repair=True)["repaired"] is True
+    assert reconcile_counts(live.settings)["users_drifted"] == 0
     assert live.counts() == {1: (2, 1), 2: (1, 1), 3: (0, 1)}
 
 
@@ -435,7 +442,7 @@ def test_parquet_input_gives_the_same_store_as_json_lines(live, tmp_path):
     ]
     path = tmp_path / "events.parquet"
     pl.DataFrame(events).write_parquet(path)
-    result = ingest.ingest_paths([path], live.settings)
+    result = ingest_paths([path], live.settings)
     assert counted(result) == (5, 5, 0, 0, 0)
     assert live.edges() == {(1, 2): "active", (2, 1): "active", (3, 1): "active"}
 
@@ -449,7 +456,7 @@ def test_unreadable_file_is_one_quarantined_entry(live, tmp_path):
     whole = gzip.compress(lines.encode())
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(whole[: len(whole) // 2])
-    result = ingest.ingest_paths([path], live.settings)
+    result = ingest_paths([path], live.settings)
     assert result["balanced"]
     assert result["quarantine_reasons"] == {"unreadable_file": 1}
     [(line_number, reason)] = live.query("SELECT line_number, reason FROM quarantined_events")
@@ -458,11 +465,11 @@ def test_unreadable_file_is_one_quarantined_entry(live, tmp_path):
 
 def test_apply_events_is_the_single_event_write_path(live):
     """The live follow/unfollow write: one event per transaction through ``apply_events``."""
-    session = ingest.StoreSession(live.settings.live_store_url)
+    session = StoreSession(live.settings.live_store_url)
     try:
-        assert ingest.apply_events(session, [event("w1", "follow", 1, 5, 6)]).applied == 1
-        assert ingest.apply_events(session, [event("w2", "unfollow", 2, 5, 6)]).applied == 1
-        assert ingest.apply_events(session, [event("w1", "follow", 1, 5, 6)]).duplicates == 1
+        assert apply_events(session, [event("w1", "follow", 1, 5, 6)]).applied == 1
+        assert apply_events(session, [event("w2", "unfollow", 2, 5, 6)]).applied == 1
+        assert apply_events(session, [event("w1", "follow", 1, 5, 6)]).duplicates == 1
     finally:
         session.close()
     assert live.edges() == {}
@@ -491,7 +498,7 @@ def test_parsing_in_a_worker_process_gives_the_same_result(tmp_path):
     for in_worker in (False, True):
         settings = Settings(home=tmp_path / f"home-{in_worker}")
         path = write_jsonl(tmp_path / "same.jsonl", events)
-        result = ingest.ingest_paths([path], settings, batch_events=50, parse_in_worker=in_worker)
+        result = ingest_paths([path], settings, batch_events=50, parse_in_worker=in_worker)
         live = Store(settings, tmp_path)
         dumps.append(
             (
@@ -522,15 +529,15 @@ def test_read_ahead_state_is_brought_up_to_date_with_the_previous_batch(tmp_path
     stores = []
     for in_worker in (False, True):
         if in_worker:
-            commit = ingest.StoreSession.commit
+            commit = StoreSession.commit
 
             def slow_commit(self, commit=commit):
                 time.sleep(0.05)
                 commit(self)
 
-            monkeypatch.setattr(ingest.StoreSession, "commit", slow_commit)
+            monkeypatch.setattr(StoreSession, "commit", slow_commit)
         settings = Settings(home=tmp_path / f"home-{in_worker}")
-        ingest.ingest_paths([path], settings, batch_events=40, parse_in_worker=in_worker)
+        ingest_paths([path], settings, batch_events=40, parse_in_worker=in_worker)
         live = Store(settings, tmp_path)
         stores.append((live.edges(), live.counts(), live.pairs("blocks"), live.pairs("mutes")))
     assert stores[0] == stores[1]
@@ -544,26 +551,26 @@ def test_folders_and_bad_paths(sqlite_live, tmp_path):
     write_jsonl(folder / "a.jsonl", [event("a", "follow", 1, 1, 2)])
     (folder / ".partial.jsonl").write_text("ignored")
     (folder / "notes.txt").write_text("ignored")
-    result = ingest.ingest_paths([folder], sqlite_live.settings)
+    result = ingest_paths([folder], sqlite_live.settings)
     assert [Path(f["path"]).name for f in result["files"]] == ["a.jsonl", "b.jsonl"]
     with pytest.raises(IngestInputError, match="no such file or folder"):
-        ingest.ingest_paths([tmp_path / "missing.jsonl"], sqlite_live.settings)
+        ingest_paths([tmp_path / "missing.jsonl"], sqlite_live.settings)
     with pytest.raises(IngestInputError, match="is not an event file"):
-        ingest.ingest_paths([folder / "notes.txt"], sqlite_live.settings)
+        ingest_paths([folder / "notes.txt"], sqlite_live.settings)
 
 
 def test_landing_folder_files_are_ingested_once_and_archived(sqlite_live):
     settings = sqlite_live.settings
-    landing = ingest.landing_dir(settings)
+    landing = landing_dir(settings)
     landing.mkdir(parents=True)
     write_jsonl(landing / "001.jsonl", [event("a", "follow", 1, 1, 2)])
     write_jsonl(landing / "002.jsonl", [event("b", "follow", 2, 2, 1)])
-    assert [p.name for p in ingest.pending_files(settings)] == ["001.jsonl", "002.jsonl"]
-    result = ingest.ingest_landing(settings)
+    assert [p.name for p in pending_files(settings)] == ["001.jsonl", "002.jsonl"]
+    result = ingest_landing(settings)
     assert result["applied"] == 2
-    assert ingest.pending_files(settings) == []
+    assert pending_files(settings) == []
     assert sorted(p.name for p in (landing / "ingested").iterdir()) == ["001.jsonl", "002.jsonl"]
-    assert ingest.ingest_landing(settings)["read"] == 0
+    assert ingest_landing(settings)["read"] == 0
 
 
 def test_cli_ingest_json_prints_one_object_and_errors_are_one_line(sqlite_live, tmp_path):
@@ -597,7 +604,7 @@ def test_a_broken_line_with_control_bytes_and_bad_utf8_is_quarantined(live, tmp_
     path = tmp_path / "binary.jsonl"
     good = json.dumps(event("ok", "follow", 1, 1, 2)).encode()
     path.write_bytes(b'{"event_id": "x\x00"\n' + good + b"\n" + b'{"a": "\xff"}\n')
-    result = ingest.ingest_paths([path], live.settings)
+    result = ingest_paths([path], live.settings)
     assert counted(result) == (3, 1, 0, 0, 2)
     lines = live.query("SELECT line_number, line FROM quarantined_events ORDER BY 1")
     assert lines == [(1, '{"event_id": "x\ufffd"'), (3, '{"a": "\ufffd"}')]
@@ -606,20 +613,20 @@ def test_a_broken_line_with_control_bytes_and_bad_utf8_is_quarantined(live, tmp_
 def test_a_store_from_before_ingestion_is_upgraded_in_place(store_url, tmp_path):
     """A store as the loaders wrote it before ingestion existed (no version columns on the
     relationship tables, no bookkeeping tables): the first ingest adds them and applies."""
-    engine = store.engine_for(store_url)
-    store.create_schema(engine)
+    engine = engine_for(store_url)
+    schema.create_schema(engine)
     with engine.begin() as connection:
         for table in ("follow_edges", "blocks", "mutes", "dismissed_candidates"):
             for column in ("event_id", "event_time_us"):
                 connection.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
         connection.exec_driver_sql("DROP TABLE ingested_events")
-    assert not store.schema_is_current(engine)
+    assert not schema.schema_is_current(engine)
     engine.dispose()
     live = Store(Settings(home=tmp_path / "home", store_url=store_url), tmp_path)
     live.ingest(USERS + [event("f", "follow", 1, 1, 2)])
     assert live.edges() == {(1, 2): "active"}
-    engine = store.engine_for(store_url)
-    assert store.schema_is_current(engine)
+    engine = engine_for(store_url)
+    assert schema.schema_is_current(engine)
     engine.dispose()
 
 
@@ -656,7 +663,7 @@ def test_read_ahead_is_discarded_when_another_connection_writes_between_batches(
                         " VALUES (1, 2, '2026-10-01 12:05:00.000000', 'active')"
                     )
 
-        result = ingest.ingest_paths(
+        result = ingest_paths(
             [path], settings, batch_events=2, parse_in_worker=in_worker, progress=external_write
         )
         assert len(batches) == 5 and result["applied"] == 10
@@ -711,7 +718,7 @@ def test_a_huge_line_is_quarantined_with_its_stored_text_cut(live):
     assert counted(result) == (2, 1, 0, 0, 1)
     [(reason, line)] = live.query("SELECT reason, line FROM quarantined_events")
     assert len(line) == 65_536
-    assert line == "x" * ingest.MAX_QUARANTINED_LINE_CHARS
+    assert line == "x" * MAX_QUARANTINED_LINE_CHARS
     assert reason.startswith("malformed: ")
     assert reason.endswith(" (line cut to its first 65,536 of 100,000 characters)")
     assert live.edges() == {(1, 2): "active"}
@@ -798,10 +805,10 @@ def test_the_time_window_comes_from_the_settings(store_url, tmp_path, monkeypatc
     ]
     assert counted(live.ingest(upserts, now=T0)) == (3, 1, 0, 0, 2)
     assert live.query("SELECT user_id FROM users") == [(3,)]
-    session = ingest.StoreSession(store_url)
+    session = StoreSession(store_url)
     try:
         doomsday = {**event("d", "user_upsert", 0, 4), "event_time": "9999-01-01T00:00:00Z"}
-        counts = ingest.apply_events(session, [doomsday], now=T0, settings=settings)
+        counts = apply_events(session, [doomsday], now=T0, settings=settings)
         assert (counts.read, counts.applied, counts.quarantined) == (1, 0, 1)
     finally:
         session.close()
@@ -905,7 +912,7 @@ def test_parquet_values_python_cannot_represent_quarantine_only_their_row(live, 
     )
     path = tmp_path / "weird.parquet"
     pq.write_table(table, path)
-    result = ingest.ingest_paths([path], live.settings)
+    result = ingest_paths([path], live.settings)
     assert counted(result) == (4, 2, 0, 0, 2)
     rows = live.query("SELECT line_number, reason, line FROM quarantined_events ORDER BY 1")
     assert [r[0] for r in rows] == [1, 2]
@@ -999,14 +1006,14 @@ def test_a_time_window_never_reaches_past_what_a_datetime_holds():
     9999-12-31T23:59:59.999999 (``datetime.max``) in epoch µs, not 10 years later; a
     hand-built wider window given to ``validate_event`` still quarantines year 10000 UTC."""
     settings = Settings(ingest_max_future_seconds=315_360_000)
-    window = ingest.time_window(settings, dt.datetime(9999, 12, 31, 23, 0))
+    window = time_window(settings, dt.datetime(9999, 12, 31, 23, 0))
     assert window.highest_us == (dt.datetime.max - dt.datetime(1970, 1, 1)) // dt.timedelta(
         microseconds=1
     )
-    wide = ingest.TimeWindow(0, window.highest_us * 2, window.now_us)
+    wide = TimeWindow(0, window.highest_us * 2, window.now_us)
     record = {**event("y10k", "follow", 0, 1, 2), "event_time": "9999-12-31T23:59:59-05:00"}
-    with pytest.raises(ingest.Rejected, match="bad_time: event_time is out of range"):
-        ingest.validate_event(record, 1, "", wide)
+    with pytest.raises(Rejected, match="bad_time: event_time is out of range"):
+        validate_event(record, 1, "", wide)
 
 
 @pytest.mark.parametrize("in_worker", [False, True], ids=["in-process", "parser-process"])
@@ -1058,7 +1065,7 @@ def test_a_quarantined_copy_of_an_event_id_is_not_seen_and_a_later_copy_applies(
         "SELECT event_id FROM ingested_events WHERE event_id IN ('X', 'Y', 'Z', 'Q') ORDER BY 1"
     )
     assert recorded == [("Q",), ("X",), ("Z",)]
-    assert ingest.reconcile_counts(live.settings)["users_drifted"] == 0
+    assert reconcile_counts(live.settings)["users_drifted"] == 0
     # The same file again: 8 duplicates (every copy of X, Z, Q and user-7: all recorded) and
     # lines 4 and 5 quarantined again (Y was never seen; there is still no user 98).
     again = live.ingest(lines, parse_in_worker=in_worker)
@@ -1073,7 +1080,7 @@ def test_a_new_file_under_an_old_name_keeps_the_old_files_quarantine_rows(live):
     hash) replaces its own row: still 2 rows. ``apply_events`` keys its rows by the hash of
     its lines: two calls with a bad first event leave two ``<api>`` rows.
     """
-    landing = ingest.landing_dir(live.settings)
+    landing = landing_dir(live.settings)
     landing.mkdir(parents=True)
     days = [
         ['{"event_id": "d1"}', event("f1", "follow", 1, 1, 2)],
@@ -1081,7 +1088,7 @@ def test_a_new_file_under_an_old_name_keeps_the_old_files_quarantine_rows(live):
     ]
     for lines in days:
         write_jsonl(landing / "events.jsonl", lines)
-        assert counted(ingest.ingest_landing(live.settings)) == (2, 1, 0, 0, 1)
+        assert counted(ingest_landing(live.settings)) == (2, 1, 0, 0, 1)
     source = str((landing / "events.jsonl").resolve())
     assert live.query("SELECT source, line_number, reason FROM quarantined_events ORDER BY 3") == [
         (source, 1, "missing_field: event_type"),
@@ -1100,13 +1107,13 @@ def test_a_new_file_under_an_old_name_keeps_the_old_files_quarantine_rows(live):
     assert len(archived) == 2
     replay = archived[1] if "poke" in archived[1].read_text() else archived[0]
     (landing / "events.jsonl").write_bytes(replay.read_bytes())
-    assert counted(ingest.ingest_landing(live.settings)) == (2, 0, 1, 0, 1)
+    assert counted(ingest_landing(live.settings)) == (2, 0, 1, 0, 1)
     assert live.query("SELECT COUNT(*) FROM quarantined_events") == [(2,)]
-    session = ingest.StoreSession(live.settings.live_store_url)
+    session = StoreSession(live.settings.live_store_url)
     try:
         for target in (97, 96):
             bad = event(f"api-{target}", "follow", 3, 1, target)
-            assert ingest.apply_events(session, [bad]).quarantined == 1
+            assert apply_events(session, [bad]).quarantined == 1
     finally:
         session.close()
     api_rows = live.query(
@@ -1123,8 +1130,8 @@ def test_a_quarantine_table_keyed_the_old_way_is_rekeyed_in_place(store_url, tmp
     line_number), holding one row: the first ingest rebuilds the table with the new key, keeps
     that row (sha256 ``''``: recorded before files were told apart by hash) and adds its own
     (a bad line 1 of a file with the old row's source: no conflict)."""
-    engine = store.engine_for(store_url)
-    store.create_schema(engine)
+    engine = engine_for(store_url)
+    schema.create_schema(engine)
     with engine.begin() as connection:
         connection.exec_driver_sql("DROP TABLE quarantined_events")
         connection.exec_driver_sql(
@@ -1132,7 +1139,7 @@ def test_a_quarantine_table_keyed_the_old_way_is_rekeyed_in_place(store_url, tmp
             "NOT NULL, reason VARCHAR(512) NOT NULL, line TEXT NOT NULL, event_id VARCHAR(128), "
             "CONSTRAINT pk_quarantined_events PRIMARY KEY (source, line_number))"
         )
-    assert not store.schema_is_current(engine)
+    assert not schema.schema_is_current(engine)
     live = Store(Settings(home=tmp_path / "home", store_url=store_url), tmp_path)
     source = str((tmp_path / "events-01.jsonl").resolve())
     with engine.begin() as connection:
@@ -1147,8 +1154,8 @@ def test_a_quarantine_table_keyed_the_old_way_is_rekeyed_in_place(store_url, tmp
         (True, 1, "malformed: old"),
         (False, 1, "missing_field: event_type"),
     ]
-    engine = store.engine_for(store_url)
-    assert store.schema_is_current(engine)
+    engine = engine_for(store_url)
+    assert schema.schema_is_current(engine)
     engine.dispose()
 
 
@@ -1190,7 +1197,7 @@ def test_cli_ingest_landing_honours_batch_events(sqlite_live, monkeypatch, capsy
     from recs.config import get_settings
 
     lines = [event("late", "follow", 2, 1, 7), event("user-7", "user_upsert", 1, 7)]
-    landing = ingest.landing_dir(sqlite_live.settings)
+    landing = landing_dir(sqlite_live.settings)
     landing.mkdir(parents=True)
     monkeypatch.setenv("RECS_HOME", str(sqlite_live.settings.home))
     monkeypatch.delenv("RECS_STORE_URL", raising=False)

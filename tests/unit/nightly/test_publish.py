@@ -16,11 +16,12 @@ import polars as pl
 import pytest
 from test_validation import rewrite_shard, write_good_run
 
-import recs.publish as publish_module
+import recs.nightly.publish as publish_module
 from recs.errors import RunNotFoundError, ValidationFailedError
-from recs.publish import publish_run, set_current
-from recs.published import current_version, list_versions, recommendations_for
-from recs.validation import validate_run
+from recs.nightly.publish import publish_run, set_current
+from recs.nightly.validation import validate_run
+from recs.published import current_version, list_versions
+from recs.testing.published import recommendations_for
 
 DAY_1 = dt.date(2026, 11, 1)
 DAY_2 = dt.date(2026, 11, 2)

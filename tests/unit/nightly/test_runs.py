@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from recs.errors import RecsError
-from recs.runs import RunPaths, check_run_id, run_id_from_airflow
+from recs.nightly.runs import RunPaths, check_run_id, run_id_from_airflow
 
 RULE = (
     "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "

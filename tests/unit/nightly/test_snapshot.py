@@ -18,13 +18,17 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from recs import snapshot, store
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
-from recs.manifest import read_json
-from recs.runs import RunPaths
+from recs.errors import LiveStoreError
+from recs.files import read_json
+from recs.nightly import snapshot
+from recs.nightly.runs import RunPaths
+from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
-from recs.snapshot import LiveStoreError, freeze_snapshot, open_reader
+from recs.store import readers, schema
+from recs.store.connections import engine_for
+from recs.store.readers import open_reader
 
 T0 = dt.datetime(2026, 10, 1, 12, 0, 0)
 SNAPSHOT_DATE = "2026-11-01"
@@ -44,12 +48,12 @@ PENDING = [(1, 4)]
 
 
 def build_store(settings: Settings) -> None:
-    engine = store.engine_for(settings.live_store_url)
+    engine = engine_for(settings.live_store_url)
     settings.home.mkdir(parents=True, exist_ok=True)
-    store.create_schema(engine)
+    schema.create_schema(engine)
     with engine.begin() as connection:
         connection.execute(
-            store.users.insert(),
+            schema.users.insert(),
             [
                 dict(
                     user_id=u,
@@ -63,7 +67,7 @@ def build_store(settings: Settings) -> None:
             ],
         )
         connection.execute(
-            store.follow_edges.insert(),
+            schema.follow_edges.insert(),
             # Reverse key order: the snapshot itself must sort (rowid order is insert order).
             [
                 dict(follower_id=a, followee_id=b, created_at=T0, status="active")
@@ -74,14 +78,16 @@ def build_store(settings: Settings) -> None:
                 for a, b in PENDING
             ],
         )
-        connection.execute(store.blocks.insert(), [dict(blocker_id=4, blocked_id=1, created_at=T0)])
-        connection.execute(store.mutes.insert(), [dict(muter_id=1, muted_id=6, created_at=T0)])
         connection.execute(
-            store.dismissed_candidates.insert(),
+            schema.blocks.insert(), [dict(blocker_id=4, blocked_id=1, created_at=T0)]
+        )
+        connection.execute(schema.mutes.insert(), [dict(muter_id=1, muted_id=6, created_at=T0)])
+        connection.execute(
+            schema.dismissed_candidates.insert(),
             [dict(user_id=2, candidate_id=1, dismissed_at=T0)],
         )
         connection.execute(
-            store.user_interests.insert(),
+            schema.user_interests.insert(),
             [
                 dict(user_id=1, tag="music"),
                 dict(user_id=1, tag="books"),
@@ -216,8 +222,8 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
     freeze_snapshot(paths, settings)
     whole = snapshot_bytes(paths)
-    monkeypatch.setattr(snapshot, "READ_BATCH_ROWS", 1)
-    monkeypatch.setattr(snapshot, "READ_CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1)
+    monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
     with open_reader(settings.live_store_url) as reader:
         assert [chunk.height for chunk in reader.iter_table("follow_edges")] == [2, 2, 2, 2, 1]
     freeze_snapshot(paths, settings)
@@ -227,9 +233,9 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from recs import store
+    from recs.store.connections import engine_for
     started = time.monotonic()
-    engine = store.engine_for(sys.argv[1])
+    engine = engine_for(sys.argv[1])
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":  # fail instead of waiting, like busy_timeout
             connection.exec_driver_sql(f"SET lock_timeout = '{sys.argv[2]}s'")
@@ -295,7 +301,7 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
     edges = read_edges(paths)
     assert (6, 5) not in set(zip(edges["follower_id"], edges["followee_id"], strict=True))
     assert edges.height == len(FOLLOWS) + len(PENDING)
-    engine = store.engine_for(settings.live_store_url)
+    engine = engine_for(settings.live_store_url)
     with engine.connect() as connection:
         assert connection.exec_driver_sql(
             "SELECT count(*) FROM follow_edges WHERE follower_id = 6 AND followee_id = 5"
@@ -306,13 +312,13 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
 def test_nulls_after_a_full_batch_of_text_and_text_after_nulls(tmp_path, monkeypatch):
     """The ADBC driver types a column from its first batch; 1,500 NULL last_active_at rows
     then 1,500 text ones must still read (NULLs are read as '' and turned back into NULL)."""
-    monkeypatch.setattr(snapshot, "READ_BATCH_ROWS", 1024)
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1024)
     settings = Settings(home=tmp_path)
-    engine = store.engine_for(settings.live_store_url)
-    store.create_schema(engine)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
     with engine.begin() as connection:
         connection.execute(
-            store.users.insert(),
+            schema.users.insert(),
             [
                 dict(user_id=i, created_at=T0, last_active_at=None if i < 1500 else T0)
                 for i in range(3000)
@@ -328,8 +334,8 @@ def test_nulls_after_a_full_batch_of_text_and_text_after_nulls(tmp_path, monkeyp
 
 def test_iso_t_separator_and_utc_suffix_are_read_as_naive_utc(tmp_path):
     settings = Settings(home=tmp_path)
-    engine = store.engine_for(settings.live_store_url)
-    store.create_schema(engine)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
     engine.dispose()
     with closing(sqlite3.connect(tmp_path / "live.db")) as connection, connection:
         connection.executemany(
@@ -345,10 +351,10 @@ def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatc
     with open_reader(settings.live_store_url) as reader:
         assert reader.backend == backend_of(settings)
         adbc_frames = {name: reader.read_table(name) for name in SNAPSHOT_SCHEMAS}
-    monkeypatch.setattr("recs.datasets.sqlite_file", lambda url: None)
-    monkeypatch.setattr(snapshot, "_is_postgres", lambda url: False)
+    monkeypatch.setattr(readers, "sqlite_file", lambda url: None)
+    monkeypatch.setattr(readers, "is_postgres", lambda url: False)
     with open_reader(settings.live_store_url) as reader:
-        assert isinstance(reader, snapshot._SqlAlchemyReader)
+        assert isinstance(reader, readers._SqlAlchemyReader)
         for name, frame in adbc_frames.items():
             generic = reader.read_table(name)
             assert generic.schema == frame.schema
@@ -359,7 +365,7 @@ def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatc
 def test_store_without_tables_is_a_clear_error(store_url, tmp_path):
     """An empty database (PostgreSQL) or a new SQLite file in WAL mode: no table users."""
     if store_url.startswith("sqlite"):
-        engine = store.engine_for(store_url)  # creates the file in WAL mode, no tables
+        engine = engine_for(store_url)  # creates the file in WAL mode, no tables
         with engine.connect() as connection:
             connection.exec_driver_sql("SELECT 1")
         engine.dispose()

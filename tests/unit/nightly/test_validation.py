@@ -31,14 +31,14 @@ import pytest
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.errors import ValidationFailedError
-from recs.runs import RunPaths
-from recs.sharding import shard_of
-from recs.validation import (
+from recs.nightly.runs import RunPaths
+from recs.nightly.validation import (
     read_shard_outputs,
     recommendation_rules,
     user_rank_stats,
     validate_run,
 )
+from recs.sharding import shard_of
 
 SNAPSHOT_DATE = dt.date(2026, 11, 1)
 RUN_ID = "gate_test"

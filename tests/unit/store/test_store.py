@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from recs import store
+from recs.store import schema
+from recs.store.connections import engine_for, libpq_url, normalize_url
 
 
 @pytest.mark.parametrize(
@@ -20,14 +21,14 @@ from recs import store
     ],
 )
 def test_postgres_urls_use_psycopg3_and_libpq_urls_drop_the_driver(url, normalized):
-    assert store.normalize_url(url) == normalized
+    assert normalize_url(url) == normalized
     if "postgres" in url:
-        assert store.libpq_url(url).startswith("postgresql://")
+        assert libpq_url(url).startswith("postgresql://")
 
 
 def test_the_reverse_edge_table_exists_only_on_postgres():
-    sqlite = {table.name for table in store.tables_for("sqlite")}
-    postgres = {table.name for table in store.tables_for("postgresql")}
+    sqlite = {table.name for table in schema.tables_for("sqlite")}
+    postgres = {table.name for table in schema.tables_for("postgresql")}
     assert postgres - sqlite == {"follow_edges_reverse"}
     assert {"user_follow_counts", "relationship_tombstones", "ingested_events"} <= sqlite
 
@@ -35,15 +36,15 @@ def test_the_reverse_edge_table_exists_only_on_postgres():
 def test_mutual_follows_view_lists_both_directions_of_active_pairs_only(store_url):
     """1<->2 active both ways, 1->3 active but 3->1 pending, 4->1 one way: only (1, 2) and
     (2, 1) are mutual."""
-    engine = store.engine_for(store_url)
-    store.create_schema(engine)
+    engine = engine_for(store_url)
+    schema.create_schema(engine)
     t0 = dt.datetime(2026, 10, 1)
     with engine.begin() as connection:
         connection.execute(
-            store.users.insert(), [{"user_id": u, "created_at": t0} for u in (1, 2, 3, 4)]
+            schema.users.insert(), [{"user_id": u, "created_at": t0} for u in (1, 2, 3, 4)]
         )
         connection.execute(
-            store.follow_edges.insert(),
+            schema.follow_edges.insert(),
             [
                 {"follower_id": a, "followee_id": b, "created_at": t0, "status": s}
                 for a, b, s in [
