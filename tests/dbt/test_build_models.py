@@ -1,4 +1,4 @@
-"""``recs.models.build_models``: ``dbt build`` on a hand-built snapshot, exports checked exactly.
+"""``recs.nightly.models.build_models``: ``dbt build`` on a hand-built snapshot, exports exact.
 
 The snapshot (written with Polars in exactly ``SNAPSHOT_SCHEMAS``, follow edges under
 ``follow_edges/shard_id=NNN/part-0.parquet`` by ``shard_of(follower_id, 4)``). Run: snapshot

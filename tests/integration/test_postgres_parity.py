@@ -1,6 +1,6 @@
 """The nightly run over a PostgreSQL live store publishes the same table as over SQLite.
 
-One synthetic event stream (``recs.event_stream``: 400 users, ~7 k events of every type,
+One synthetic event stream (``recs.demo.event_stream``: 400 users, ~7 k events of every type,
 out-of-order delivery, duplicates and a few broken lines) is ingested into a SQLite store and
 into a database on a real PostgreSQL server; then the whole nightly pipeline (``run_all``:
 snapshot, dbt, CSR graph, traversal, GX gate, publish) runs over each with the same snapshot

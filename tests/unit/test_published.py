@@ -1,6 +1,6 @@
 """The read side of published versions (recs.published), on versions written by hand.
 
-The layout is the contract of ``recs.published`` (not produced by ``recs.publish`` here):
+The layout is the contract of ``recs.published`` (not produced by ``recs.nightly.publish`` here):
 ``<run_id>/manifest.json`` + ``<run_id>/shard_id=NNN/recommendations.parquet``, ``CURRENT``.
 
 Shards of the users used, by ``shard_of``: with 4 shards 2 and 3 -> 2, 6 -> 0, 1 -> 3,

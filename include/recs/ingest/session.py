@@ -52,8 +52,8 @@ class StoreSession:
     """One DBAPI connection to the live store with the bulk reads and writes ingestion needs.
 
     SQLite: ``sqlite3`` in autocommit mode with explicit ``BEGIN IMMEDIATE`` / ``COMMIT``; key
-    sets are passed as one JSON array parameter and joined through ``json_each`` (measured
-    1.5x faster than filling a temporary table with ``executemany``). PostgreSQL: psycopg; key
+    sets are passed as one JSON array parameter and joined through ``json_each`` (faster than a
+    temporary table filled with ``executemany``). PostgreSQL: psycopg; key
     sets are array parameters joined through ``unnest``, and each write batch takes
     ``pg_advisory_xact_lock(ADVISORY_LOCK_KEY)``. Creates (or upgrades) the store's schema if a
     table or column is missing.
@@ -139,8 +139,8 @@ class StoreSession:
 
         SQLite: ``executemany`` (a C loop over the rows). PostgreSQL: one statement over
         ``unnest`` of one array per column, so a batch costs one round trip and the edge
-        triggers fire once (``executemany`` measured 5x slower: per-row statements and
-        trigger calls).
+        triggers fire once (``executemany`` is 5x slower: per-row statements and trigger
+        calls; ``bench/README.md``).
         """
         if not rows:
             return
@@ -285,8 +285,7 @@ class StoreSession:
 
     def fetch_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple]]:
         """Run read queries in order and return the rows of each. PostgreSQL sends them all
-        in one pipeline (one round trip instead of one per query; with the writes pipelined too,
-        the single-event write path measured 3.1 ms -> 1.8 ms p50 per event)."""
+        in one pipeline (one round trip instead of one per query; ``bench/README.md``)."""
         if not self.postgres:
             return [self.execute(sql, params).fetchall() for sql, params in queries]
         cursors = [self.connection.cursor() for _ in queries]

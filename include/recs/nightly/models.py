@@ -27,7 +27,7 @@ from recs.contracts import EXPORT_SCHEMAS, check_schema
 from recs.errors import ModelsBuildError, RunNotFoundError
 from recs.nightly.runs import RunPaths
 
-log = logging.getLogger("recs.models")
+log = logging.getLogger("recs.nightly.models")
 
 PROJECT_DIR_ENV = "RECS_DBT_PROJECT_DIR"
 SNAPSHOT_FILES = (

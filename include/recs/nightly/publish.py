@@ -13,19 +13,14 @@
    produced identical files keeps the existing folder untouched; otherwise the new folder
    replaces only that run's folder, by an atomic exchange of the two folders (Linux
    ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames).
-4. Makes the version visible by one atomic replace of ``published/CURRENT`` (temp file, fsync,
-   ``os.replace``, fsync of the folder) -- unless the current version has a later snapshot
-   date: a backfill or a late rerun of an older date is published but does not replace
-   tonight's list (``set_current`` can still select it).
+4. Makes the version visible by one atomic, durable replace of ``published/CURRENT``
+   (``recs.files.atomic_write``) -- unless the current version has a later snapshot date: a
+   backfill of an older date is published but does not replace tonight's list.
 
 Previous versions stay; ``set_current`` points ``CURRENT`` back at one of them (rollback) after
-checking it is complete. Publishers are serialised by an ``flock`` on ``published/.lock``.
-Nothing here reads the wall clock: the manifest's bytes depend only on the run, so a rerun is
-byte-identical.
-
-Hard links share the inode with the run's file: writers of shard outputs must replace a file
-(write a temp file, then ``os.replace``) rather than rewrite it in place, or a rerun of a shard
-would change a published version. The manifest's sha256 per file lets anyone check that.
+checking it is complete. Publishers are serialised by an ``flock`` on ``published/.lock``. The
+manifest's bytes depend only on the run, so a rerun is byte-identical. Why hard links oblige
+shard writers to replace files, never rewrite them: ``recs/nightly/README.md``.
 """
 
 from __future__ import annotations

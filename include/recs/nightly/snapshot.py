@@ -44,7 +44,7 @@ from recs.store.connections import display_url, one_line
 from recs.store.readers import open_reader
 from recs.store.standby import snapshot_source
 
-log = logging.getLogger("recs.snapshot")
+log = logging.getLogger("recs.nightly.snapshot")
 
 SORT_KEYS: dict[str, list[str]] = {
     "users": ["user_id"],
@@ -88,9 +88,8 @@ def _partition_by_shard(
 ) -> tuple[dict[int, list[pl.DataFrame]], dict[str, int]]:
     """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read.
 
-    Returns the unsorted pieces of each shard and the row count per ``status``. Partitioning
-    chunk by chunk instead of the whole table measured 50 M edges: the global ``partition_by``
-    alone took 6.4 s and doubled peak memory (4.1 -> 8.4 GB).
+    Returns the unsorted pieces of each shard and the row count per ``status``. Chunk by chunk,
+    not the whole table: a global ``partition_by`` doubles peak memory (``bench/README.md``).
     """
     parts: dict[int, list[pl.DataFrame]] = {}
     by_status: dict[str, int] = {}
@@ -108,8 +107,8 @@ def _write_follow_edges(
 ) -> list[dict[str, Any]]:
     """Write every shard ``0 .. shard_count-1`` (empty ones too), each sorted by its key.
 
-    Consumes ``parts`` (each shard is released once written). Measured on 5 M edges: sort and
-    write per shard in the thread pool 1.0 s vs one global sort, then the writes, 1.3 s.
+    Consumes ``parts`` (each shard is released once written). Each shard is sorted and written
+    in the thread pool, faster than one global sort then the writes (``bench/README.md``).
     """
     contract = SNAPSHOT_SCHEMAS["follow_edges"]
     empty = [pl.DataFrame(schema=contract)]

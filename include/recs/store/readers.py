@@ -241,9 +241,7 @@ class _AdbcPostgresReader(_AdbcReader):
     A repeatable-read transaction reads one MVCC snapshot for all its statements and takes only
     ``ACCESS SHARE`` locks, which conflict with no writer (only with DDL such as ``DROP`` or
     ``TRUNCATE``): follows keep committing while the snapshot reads. The snapshot holds back
-    ``VACUUM``'s horizon for as long as it runs (a few seconds per million edges). Measured on
-    1 M edges: 1.2 s through ADBC vs 1.9 s through psycopg ``COPY ... (FORMAT csv)`` parsed by
-    ``pyarrow.csv``.
+    ``VACUUM``'s horizon for as long as it runs (a few seconds per million edges).
     """
 
     backend = "postgresql"
@@ -384,8 +382,8 @@ _UTC_SUFFIX = r"(Z|[+-]00:?00)$"
 def _parse_timestamps(text: pa.ChunkedArray) -> pa.ChunkedArray:
     """Naive UTC microseconds from SQLite's text ``YYYY-MM-DD HH:MM:SS[.ffffff]``.
 
-    Arrow's ISO-8601 cast (also accepts a ``T`` separator) measured 16x faster than
-    ``polars.Expr.str.to_datetime`` here: 0.13 s vs 2.1 s for 5 M values. A ``Z`` / ``+00:00``
+    Arrow's ISO-8601 cast (also accepts a ``T`` separator; 16x faster than Polars' parser,
+    ``bench/README.md``). A ``Z`` / ``+00:00``
     suffix (clients other than SQLAlchemy) is stripped on a second try; any other offset or
     text is a ``LiveStoreError``.
     """

@@ -1,4 +1,4 @@
-"""recs.synthetic: a power-law follow graph, deterministic, loaded like a real dataset."""
+"""recs.demo.synthetic: a power-law follow graph, deterministic, loaded like a real dataset."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Atomic publish (recs.publish) of runs validated by the real gate.
+"""Atomic publish (recs.nightly.publish) of runs validated by the real gate.
 
 The runs are test_validation's hand-built run (9 rows, 5 users, 4 shards with 2, 1, 3, 3
 rows; docstring there). ``night_1`` is snapshot 2026-11-01, ``night_2`` is 2026-11-02.

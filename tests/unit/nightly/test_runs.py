@@ -1,4 +1,4 @@
-"""recs.runs: run ids are validated, never rewritten (except Airflow's own ``:`` ``+`` ``~``)."""
+"""recs.nightly.runs: run ids are checked, never rewritten (except Airflow's ``:`` ``+`` ``~``)."""
 
 from __future__ import annotations
 

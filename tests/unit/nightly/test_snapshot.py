@@ -1,4 +1,4 @@
-"""recs.snapshot: consistent, lock-free, byte-stable Parquet copy of the live store.
+"""recs.nightly.snapshot: consistent, lock-free, byte-stable Parquet copy of the live store.
 
 Tests taking ``settings`` run on both backends (``store_url`` in tests/conftest.py): a SQLite
 file and a database on a real PostgreSQL server. ``sqlite_settings`` tests cover the SQLite

@@ -1,4 +1,4 @@
-"""The Great Expectations gate (recs.validation) on a tiny hand-built run.
+"""The Great Expectations gate (recs.nightly.validation) on a tiny hand-built run.
 
 The good run (``GOOD_ROWS``), shard_count 4, top_k 3, min_mutual_count 2, followed_by_count 2,
 weights 0.7 + 0.3 (score_max 1.0). Users sit in the shard ``shard_of`` gives them
