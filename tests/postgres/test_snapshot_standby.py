@@ -23,6 +23,7 @@ from recs.files import read_json
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.store.connections import libpq_url
+from recs.store.standby import wait_for_standby
 from recs.testing import pgserver
 from tests.unit.nightly.test_snapshot import FOLLOWS, PENDING, SNAPSHOT_DATE, build_store
 
@@ -124,6 +125,9 @@ def test_a_standby_that_stopped_replaying_fails_the_freeze_with_both_positions(
     name = "standby_paused"
     primary_url = primary.create_database(name)
     build_store(_settings(tmp_path, primary_url, None))
+    # The standby must have replayed the new database before replay stops, or the freeze
+    # fails on a database the standby does not have yet instead of on the lag under test.
+    wait_for_standby(primary_url, standby.url_for(name), timeout_seconds=60)
     with psycopg.connect(standby.url, autocommit=True) as connection:
         connection.execute("SELECT pg_wal_replay_pause()")
     try:
