@@ -32,7 +32,6 @@ from recs.times import from_epoch_micros
 
 if TYPE_CHECKING:
     from recs.ingest.batch import PreparedBatch
-    from recs.ingest.resolution import Batch
 
 USER_PRIVACY = {False: (None, None, None, None, False), True: (None, None, None, None, True)}
 """A user row reduced to what a relationship event reads: index 4, ``is_private``."""
@@ -113,7 +112,7 @@ class StoreSession:
         self._data_version: int | None = None
         self._changed_at = 0
         self.batch_begins: list[int] = []  # write_begins of each applied batch
-        self.last_batch: Batch | None = None
+        self.last_batch: Any = None  # the recs.ingest.resolution.Batch applied last
 
     # SQL is written with '?' placeholders; psycopg wants '%s'.
     def _sql(self, sql: str) -> str:
