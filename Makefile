@@ -17,7 +17,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export DBT_PROFILES_DIR := $(CURDIR)/dbt_project
 export PATH := $(BIN):$(PATH)
 
-# The fixed reference date of the generated fields of the real datasets (recs.datasets).
+# The fixed reference date of the generated fields of the real datasets (recs.demo.generated).
 DEMO_DATE := 2026-11-01
 DEMO_USERS := 1 5 2494
 DUCKDB_POOL := recs_duckdb_writer
@@ -52,16 +52,24 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Load soc-Slashdot0902, run the nigh
 	$(BIN)/recs summary --snapshot-date $(DEMO_DATE)
 	@for u in $(DEMO_USERS); do $(BIN)/recs recommend $$u; done
 
-test: $(STAMP) postgres-server ## Install everything, then lint, dbt parse and run every test (what CI runs)
+# ruff; the architecture's import contracts (import-linter, pyproject.toml); sqlfluff on the dbt
+# project (its .sqlfluff says why the jinja templater).
+define lint_steps
 	$(BIN)/ruff check dags plugins include tests bench
+	$(BIN)/lint-imports
+	cd dbt_project && $(BIN)/sqlfluff lint models tests macros
+endef
+
+test: $(STAMP) postgres-server ## Install everything, then lint, dbt parse and run every test (what CI runs)
+	$(lint_steps)
 	cd dbt_project && $(BIN)/dbt parse --quiet --vars '{run_dir: /tmp/recs-dbt-parse}'
 	RECS_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest -q tests
 
 test-fast: $(STAMP) ## Unit and DAG tests only (skips slow real-data tests)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-lint: $(STAMP) ## ruff
-	$(BIN)/ruff check dags plugins include tests bench
+lint: $(STAMP) ## ruff, the import contracts (lint-imports) and sqlfluff on the dbt project
+	$(lint_steps)
 
 # Both benchmarks use their own RECS_HOME under /tmp (never data/); e.g.
 #   make bench BENCH_ARGS="--users 1000000 --shards 16"    make bench-scale SCALE_ARGS="--reuse-store"
@@ -92,8 +100,8 @@ bench-api: $(STAMP) ## Load-test the read API with wrk on a Slashdot run: req/s,
 
 # --- PostgreSQL live store and event ingestion (issue 4) ---------------------------------------
 # The tests and bench-ingest run the live store on a real PostgreSQL too: each session starts a
-# private throwaway cluster (recs.pgserver: initdb + pg_ctl, as the `postgres` user when run as
-# root) from the server binaries of Debian's `postgresql` package, installed here once.
+# private throwaway cluster (recs.testing.pgserver: initdb + pg_ctl, as the `postgres` user when
+# run as root) from the server binaries of Debian's `postgresql` package, installed here once.
 .PHONY: postgres-server bench-ingest
 
 postgres-server: ## Install Debian's PostgreSQL server binaries if missing (tests start their own)

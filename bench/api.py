@@ -239,7 +239,8 @@ def _pick_users(settings, how_many: int, limit: int) -> tuple[list[int], list[in
     rng = random.Random(7)
     from sqlalchemy import select
 
-    from recs.store import engine_for, users
+    from recs.store.connections import engine_for
+    from recs.store.schema import users
 
     engine = engine_for(settings.live_store_url)
     with engine.connect() as connection:
@@ -416,7 +417,7 @@ class _Swapper:
         return self
 
     def _run(self) -> None:
-        from recs.publish import set_current
+        from recs.nightly.publish import set_current
 
         targets = [self.other, self.original]
         while not self._stop.wait(self.every):
@@ -425,7 +426,7 @@ class _Swapper:
 
     def __exit__(self, *_exc) -> None:
         if self.other:
-            from recs.publish import set_current
+            from recs.nightly.publish import set_current
 
             self._stop.set()
             self._thread.join()

@@ -3,10 +3,10 @@ on this machine does to the primary's write latency, by scheduling class and pla
 
 A PostgreSQL primary holds a ``--users`` x 30 synthetic graph; the bench's writer
 (``bench/ingest.py``'s ``WRITER``: single follow/unfollow events through
-``recs.ingest.apply_events``, paced at 200/s) runs 7 s alone, then 7 s beside a "hog"; the p99
-of each window and their ratio are printed per hog. The hogs are busy loops (or ``dd``), at
-normal priority, at ``SCHED_IDLE`` (the kernel runs them only on CPU time nothing else wants),
-free to use any CPU or pinned to the last one.
+``recs.ingest.resolution.apply_events``, paced at 200/s) runs 7 s alone, then 7 s beside a "hog";
+the p99 of each window and their ratio are printed per hog. The hogs are busy loops (or ``dd``), at
+normal priority, at ``SCHED_IDLE`` (the kernel runs them only on CPU time nothing else wants), free
+to use any CPU or pinned to the last one.
 
 Measured on this 2-vCPU KVM machine (``.venv/bin/python bench/cpu_isolation.py``, 17:53 UTC,
 another job using part of a core; ratio = p99 beside the hog / p99 alone): no hog 0.98; one
@@ -67,9 +67,9 @@ def main() -> int:
         parser.error(f"unknown hog(s) {', '.join(unknown)}: choose from {', '.join(HOGS)}")
     args.hogs = args.hogs or list(HOGS)
 
-    from recs import pgserver
     from recs.config import Settings
-    from recs.synthetic import generate_graph
+    from recs.demo.synthetic import generate_graph
+    from recs.testing import pgserver
 
     home = Path(tempfile.mkdtemp(prefix="recs-cpu-isolation-"))
     server = pgserver.start(durable=True)

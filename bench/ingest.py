@@ -1,20 +1,20 @@
 """``make bench-ingest``: ingest rate, and follow/unfollow write latency with and without a
 concurrent ``freeze_snapshot`` of a large graph, on SQLite and on PostgreSQL.
 
-1. **Ingest rate.** A synthetic event stream (``recs.event_stream``: ``--stream-users`` users,
-   every event type, out-of-order delivery, 1 % duplicates, 0.1 % broken lines) is written as
-   one JSON Lines file and ingested by ``recs.ingest.ingest_paths`` into an empty store: events
-   per wall second (what the issue's 50,000/s target is about) and per CPU second of the
-   ingesting process (the machine is shared; CPU time is what other load cannot inflate).
+1. **Ingest rate.** A synthetic event stream (``recs.demo.event_stream``: ``--stream-users`` users,
+   every event type, out-of-order delivery, 1 % duplicates, 0.1 % broken lines) is written as one
+   JSON Lines file and ingested by ``recs.ingest.run.ingest_paths`` into an empty store: events per
+   wall second (what the issue's 50,000/s target is about) and per CPU second of the ingesting
+   process (the machine is shared; CPU time is what other load cannot inflate).
 
 2. **Write latency.** A ``--graph-users`` x ``--degree`` synthetic graph is loaded
-   (``recs.synthetic.generate_graph``). A writer process then applies single follow/unfollow
-   events, one transaction each, through ``recs.ingest.apply_events`` (the live write path):
-   paced at ``--rate`` writes/s to measure latency, then closed-loop (as fast as it can) to
+   (``recs.demo.synthetic.generate_graph``). A writer process then applies single follow/unfollow
+   events, one transaction each, through ``recs.ingest.resolution.apply_events`` (the live write
+   path): paced at ``--rate`` writes/s to measure latency, then closed-loop (as fast as it can) to
    measure throughput. In each phase the writer runs ``--idle`` seconds alone, then
-   ``freeze_snapshot`` of the whole store runs in another process, ``--rounds`` times; the
-   writes that start during the snapshots are compared with those of the idle windows: p50,
-   p99, max, writes/s, and the ratio p99 during / p99 idle (target: at most 1.5).
+   ``freeze_snapshot`` of the whole store runs in another process, ``--rounds`` times; the writes
+   that start during the snapshots are compared with those of the idle windows: p50, p99, max,
+   writes/s, and the ratio p99 during / p99 idle (target: at most 1.5).
 
    The snapshot process runs at ``--snapshot-priority`` (default ``idle``: Linux
    ``SCHED_IDLE``): in production the batch runs on an Airflow worker, not on the store's
@@ -22,13 +22,13 @@ concurrent ``freeze_snapshot`` of a large graph, on SQLite and on PostgreSQL.
 
    - ``postgresql``: from the primary itself. The backend serving the ``COPY`` then runs on
      the primary's cores at full priority.
-   - ``postgresql-standby``: from a streaming hot standby (``recs.pgserver.start_standby``,
+   - ``postgresql-standby``: from a streaming hot standby (``recs.testing.pgserver.start_standby``,
      ``Settings.snapshot_store_url``), the production configuration. Its host is stood in for
      by a CPU partition: the standby and the snapshot process on the last CPU, the primary
      (``confine_server``) and the writer on the others, idle windows included. Priorities
      alone do not isolate anything on this VM: ``bench/cpu_isolation.py`` measures why.
 
-PostgreSQL runs on a throwaway local server (``recs.pgserver``, ``synchronous_commit=off``,
+PostgreSQL runs on a throwaway local server (``recs.testing.pgserver``, ``synchronous_commit=off``,
 durable ``fsync``). Everything lives under ``--home`` (default: a new folder in /tmp). Results
 print as tables and go to ``--home``/results.json; the last line is a one-line summary.
 
@@ -70,11 +70,13 @@ from pathlib import Path
 
 WRITER = textwrap.dedent(
     """
-    import datetime as dt, json, os, random, sys, time
-    from recs import ingest
+    import json, os, random, sys, time
+    from recs.ingest.resolution import apply_events
+    from recs.ingest.session import StoreSession
+    from recs.times import from_epoch_micros
     url, users, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     rate, seed, label, stop = float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
-    session = ingest.StoreSession(url)
+    session = StoreSession(url)
     rng = random.Random(seed)
     samples = []
     base = int(time.time() * 1e6)  # now: after the load's event times, inside the ingest window
@@ -93,11 +95,11 @@ WRITER = textwrap.dedent(
             a = rng.randrange(users)
             b = (a + 1 + rng.randrange(users - 1)) % users
         i += 1
-        moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base + i)
+        moment = from_epoch_micros(base + i)
         event = {"event_id": f"{label}-{base}-{i}", "event_type": ("unfollow", "follow")[i % 2],
                  "actor_id": a, "target_id": b, "event_time": moment.isoformat()}
         t0 = time.monotonic()
-        counts = ingest.apply_events(session, [event], source="bench")
+        counts = apply_events(session, [event], source="bench")
         samples.append((t0, time.monotonic() - t0))
         assert counts.applied == 1, counts
     session.close()
@@ -114,9 +116,9 @@ SNAPSHOT = textwrap.dedent(
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     else:
         os.nice(int(sys.argv[4]))
-    from recs import pipeline
     from recs.config import Settings
-    from recs.runs import RunPaths
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
     standby = sys.argv[5] if sys.argv[5] != sys.argv[2] else None  # None: read the store itself
     settings = Settings(home=sys.argv[1], store_url=sys.argv[2], snapshot_store_url=standby,
                         shard_count=16)
@@ -141,13 +143,13 @@ def python_env() -> dict[str, str]:
 
 
 def ingest_rate(url: str | None, home: Path, events: Path, label: str) -> dict:
-    from recs import ingest
     from recs.config import Settings
+    from recs.ingest.run import ingest_paths
 
     settings = Settings(home=home / f"ingest-{label}", store_url=url)
     cpu = time.process_time()
     children = os.times()
-    result = ingest.ingest_paths([events], settings)
+    result = ingest_paths([events], settings)
     after = os.times()
     cpu = time.process_time() - cpu
     worker_cpu = (after.children_user + after.children_system) - (
@@ -337,10 +339,10 @@ def main() -> int:
     standby_cpus = {max(all_cpus)} if len(all_cpus) > 1 else None
     parts = {p.strip() for p in args.parts.split(",")}
 
-    from recs import pgserver
     from recs.config import Settings
-    from recs.event_stream import synthetic_events, write_events
-    from recs.synthetic import generate_graph
+    from recs.demo.event_stream import synthetic_events, write_events
+    from recs.demo.synthetic import generate_graph
+    from recs.testing import pgserver
 
     print(
         f"bench-ingest: home {home}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "

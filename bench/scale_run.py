@@ -6,7 +6,7 @@ popularity tail gives hubs with in-degree over 200 k), then runs the nightly sta
 **each in its own process** so each stage's peak memory is its own: ``freeze_snapshot``,
 ``build_models`` (dbt), ``build_graph``, ``traverse_shard`` x ``shard_count`` (16; one process
 per shard, as Airflow's mapped tasks run), ``validate_run`` (Great Expectations) and
-``publish_run``. The same functions the DAG's tasks call (``recs.pipeline``), with the same
+``publish_run``. The same functions the DAG's tasks call (``recs.nightly.pipeline``), with the same
 run-scoped paths.
 
 Prints a per-stage table (wall seconds, CPU seconds of the stage's process, peak RSS) and a
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT_DATE = "2026-11-01"  # the reference date of generated fields (recs.datasets)
+SNAPSHOT_DATE = "2026-11-01"  # the reference date of generated fields (recs.demo.generated)
 RUN_ID = "scale"
 RSS_LIMIT_MB = 2048
 RATE_TARGET = 30e6
@@ -66,9 +66,9 @@ def peak_rss_mb() -> float:
 
 def stage_child(name: str, home: str, run_id: str, shard: int | None) -> None:
     """Child mode: run one stage in this process and print one JSON line."""
-    from recs import pipeline
     from recs.config import get_settings
-    from recs.runs import RunPaths
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
 
     paths = RunPaths.create(home, SNAPSHOT_DATE, run_id)
     started = time.perf_counter()

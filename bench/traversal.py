@@ -98,11 +98,11 @@ def prepare_run(args) -> tuple[Any, dict[str, Any]]:
 
     Returns ``(paths, info)``; ``info`` holds the generation summary and stage timings.
     """
-    from recs import pipeline
+    from recs.demo.synthetic import generate_graph
     from recs.errors import RecsError
     from recs.graph import load_graph
-    from recs.runs import RunPaths
-    from recs.synthetic import generate_graph
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
 
     home = Path(args.home)
     marker = home / "bench-graph.json"
@@ -174,7 +174,7 @@ def shard_users(paths, shard_id: int):
 
 
 def run_settings(paths):
-    from recs.pipeline import run_settings as frozen
+    from recs.nightly.pipeline import run_settings as frozen
 
     return frozen(paths)
 
@@ -237,7 +237,7 @@ def reference_check_rows(paths, users) -> Any:
     """``recs.reference.reference_recommendations`` (pure-integer sampling) for ``users``."""
     import polars as pl
 
-    from recs.reference import reference_recommendations
+    from recs.testing.reference import reference_recommendations
 
     settings = run_settings(paths)
     wanted = [int(u) for u in users]
@@ -307,8 +307,8 @@ def time_reference(paths, users) -> list[Timing]:
     import polars as pl
 
     from recs.graph import load_graph
-    from recs.reference import recommend_from_follows
     from recs.sampling import rank_within_groups, sample_order
+    from recs.testing.reference import recommend_from_follows
 
     settings = run_settings(paths)
     wanted = [int(u) for u in users]
@@ -566,7 +566,7 @@ def duckdb_rows(connection, settings, shard_id: int, users=None):
 def run_shard_child(home: str, run_id: str, shard_id: int, repeat: int) -> None:
     """Child mode: run traverse_shard ``repeat`` times in this fresh process; print JSON."""
     started = time.perf_counter()
-    from recs.runs import RunPaths
+    from recs.nightly.runs import RunPaths
     from recs.traversal import memory_mb, traverse_shard
 
     imported = time.perf_counter() - started
@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()
     if args.existing:
-        from recs.runs import RunPaths
+        from recs.nightly.runs import RunPaths
 
         paths, info = RunPaths.create(args.home, SNAPSHOT_DATE, args.existing), {}
         summary = Path(args.home) / "generate-graph.json"  # written by bench/scale_run.py

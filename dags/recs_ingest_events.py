@@ -2,7 +2,7 @@
 
 Every five minutes a sensor looks for event files (JSON Lines or Parquet) in
 ``<RECS_HOME>/landing/``; as soon as there are some, one task applies them to the live graph
-store (``recs.ingest.ingest_landing``: idempotent by ``event_id``, last writer wins per
+store (``recs.ingest.run.ingest_landing``: idempotent by ``event_id``, last writer wins per
 relationship, bad lines quarantined) and moves them to ``landing/ingested/``. The same call is
 ``recs ingest --landing`` on the command line. Producers must write a file under a hidden name
 (``.name``) or another suffix and rename it when complete, so a half-written file is never read.
@@ -47,7 +47,7 @@ def recs_ingest_events():
     def wait_for_event_files() -> PokeReturnValue:
         """Done as soon as the landing folder holds event files; their paths go to XCom."""
         from recs.config import get_settings
-        from recs.ingest import pending_files
+        from recs.ingest.run import pending_files
 
         files = [str(path) for path in pending_files(get_settings())]
         return PokeReturnValue(is_done=bool(files), xcom_value=files)
@@ -56,7 +56,7 @@ def recs_ingest_events():
     def ingest_event_files(files: list[str]) -> dict:
         """Apply the files to the live store and archive them; returns the run's counts."""
         from recs.config import get_settings
-        from recs.ingest import ingest_landing
+        from recs.ingest.run import ingest_landing
 
         result = ingest_landing(get_settings(), files)
         counts = {

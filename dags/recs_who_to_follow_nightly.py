@@ -1,7 +1,7 @@
 """Nightly who-to-follow: snapshot → dbt → CSR graph → mapped shard traversal → GX → publish.
 
-A declaration only: every task body is one call into ``recs.pipeline`` (the same functions the
-``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte for byte). Top-level
+A declaration only: every task body is one call into ``recs.nightly.pipeline`` (the functions
+the ``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte for byte). Top-level
 imports are ``airflow.sdk``, ``pendulum``, the standard library and light ``recs`` modules; the
 heavy libraries (polars, duckdb, dbt, great_expectations) load inside the task processes.
 
@@ -34,12 +34,14 @@ DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
 def _run_ref() -> dict[str, str]:
     """The run reference every task receives: home, snapshot date and run id (small, XCom-able).
 
-    The run id is Airflow's with ``:``/``+``/``~`` made ``_`` (``recs.runs.run_id_from_airflow``);
-    one outside ``recs.runs.RUN_ID_PATTERN`` fails the task at once, without retries."""
+    The run id is Airflow's with ``:``/``+``/``~`` made ``_``
+    (``recs.nightly.runs.run_id_from_airflow``); one outside ``RUN_ID_PATTERN`` there fails the
+    task at once, without retries."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from recs.config import get_settings
-    from recs.runs import InvalidRunIdError, RunPaths, run_id_from_airflow
+    from recs.errors import InvalidRunIdError
+    from recs.nightly.runs import RunPaths, run_id_from_airflow
 
     context = get_current_context()
     dag_run = context["dag_run"]
@@ -57,7 +59,7 @@ def _run_ref() -> dict[str, str]:
 
 
 def _paths(run: dict[str, str]):
-    from recs.runs import RunPaths
+    from recs.nightly.runs import RunPaths
 
     return RunPaths.create(run["home"], run["snapshot_date"], run["run_id"])
 
@@ -76,7 +78,7 @@ def recs_who_to_follow_nightly():
     @task(outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
     def freeze_snapshot() -> dict[str, str]:
         """Consistent, non-blocking read of the live store into the run's snapshot Parquet."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         run = _run_ref()
         result = pipeline.freeze_snapshot(_paths(run))
@@ -89,7 +91,7 @@ def recs_who_to_follow_nightly():
     @task(pool=DUCKDB_WRITER_POOL, **DATA_TASK_RETRIES)
     def build_models(run: dict[str, str]) -> dict[str, str]:
         """dbt build on the run's own DuckDB file (the pool keeps it to one writer)."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         pipeline.build_models(_paths(run))
         return run
@@ -97,7 +99,7 @@ def recs_who_to_follow_nightly():
     @task(**DATA_TASK_RETRIES)
     def build_graph(run: dict[str, str]) -> dict[str, str]:
         """Capped CSR adjacency for the run, memory-mapped read-only by every shard task."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         pipeline.build_graph(_paths(run))
         return run
@@ -105,21 +107,21 @@ def recs_who_to_follow_nightly():
     @task
     def plan_shards(run: dict[str, str]) -> list[int]:
         """The shard ids of this run, computed at run time from its frozen settings."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         return pipeline.plan_shards(_paths(run))
 
     @task(map_index_template="shard-{{ '%03d' % task.op_kwargs['shard_id'] }}", **DATA_TASK_RETRIES)
     def traverse_shard(run: dict[str, str], shard_id: int) -> dict:
         """Capped two-hop traversal, pruning, scoring and top-k for one shard."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         return pipeline.traverse_shard(_paths(run), shard_id)
 
     @task(retries=0)
     def validate_run(run: dict[str, str], shard_results: list[dict]) -> dict[str, str]:
         """Great Expectations gate: a failure fails the task and nothing is published."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         pipeline.validate_run(_paths(run))
         return run
@@ -127,7 +129,7 @@ def recs_who_to_follow_nightly():
     @task(outlets=[PUBLISHED], **DATA_TASK_RETRIES)
     def publish_run(run: dict[str, str]) -> dict:
         """Write published/<run_id>/ and atomically swap CURRENT to it."""
-        from recs import pipeline
+        from recs.nightly import pipeline
 
         result = pipeline.publish_run(_paths(run))
         get_current_context()["outlet_events"][PUBLISHED].extra = {

@@ -2,11 +2,11 @@
 
 ``store_url`` is parametrized over both backends, so a test that takes it runs twice: against a
 SQLite file in its ``tmp_path`` and against a fresh database on a throwaway PostgreSQL server
-(``recs.pgserver``: ``initdb`` + ``pg_ctl`` of Debian's ``postgresql`` package, started once per
-session, on the first test that needs it). ``RECS_TEST_POSTGRES_URL`` points the tests at an
-existing server instead (e.g. the docker-compose one); its databases are created and left
-there. Without server binaries the PostgreSQL cases are skipped, unless
-``RECS_REQUIRE_POSTGRES=1`` (``make test`` sets it), which makes that a failure.
+(``recs.testing.pgserver``: ``initdb`` + ``pg_ctl`` of Debian's ``postgresql`` package, started once
+per session, on the first test that needs it). ``RECS_TEST_POSTGRES_URL`` points the tests at an
+existing server instead (e.g. the docker-compose one); its databases are created and left there.
+Without server binaries the PostgreSQL cases are skipped, unless ``RECS_REQUIRE_POSTGRES=1``
+(``make test`` sets it), which makes that a failure.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class _ExternalServer:
         import psycopg
         from sqlalchemy.engine import make_url
 
-        from recs.store import libpq_url
+        from recs.store.connections import libpq_url
 
         with psycopg.connect(libpq_url(self.url), autocommit=True) as connection:
             connection.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
@@ -47,7 +47,7 @@ def postgres_server() -> Iterator[object]:
     if external:
         yield _ExternalServer(external)
         return
-    from recs import pgserver
+    from recs.testing import pgserver
 
     if pgserver.find_bindir() is None:
         message = (

@@ -4,7 +4,7 @@
 -#}
 
 {#- The run's snapshot date as a 'YYYY-MM-DD' string: var snapshot_date, else the <snapshot_date>
-    segment of run_dir (runs/<snapshot_date>/<run_id>, recs.runs), else an error. -#}
+    segment of run_dir (runs/<snapshot_date>/<run_id>, recs.nightly.runs), else an error. -#}
 {%- macro snapshot_date_value() -%}
     {%- set given = var('snapshot_date', none) -%}
     {%- if given is not none -%}
@@ -24,8 +24,8 @@
     {{- return('1970-01-01') -}}
 {%- endmacro -%}
 
-{#- The run's reference instant (recs.runs.RunPaths.as_of): var as_of, else midnight UTC at the
-    start of the day after the snapshot date. Naive UTC TIMESTAMP literal. -#}
+{#- The run's reference instant (recs.nightly.runs.RunPaths.as_of): var as_of, else midnight UTC
+    at the start of the day after the snapshot date. Naive UTC TIMESTAMP literal. -#}
 {%- macro as_of() -%}
     {%- set given = var('as_of', none) -%}
     {%- if given is not none -%}
@@ -38,7 +38,9 @@
 {#- The tag of the tag-agnostic popularity list (recs.contracts.GLOBAL_TAG). -#}
 {%- macro global_tag() -%}'_global'{%- endmacro -%}
 
-{#- Where the export of `name` is written: <run_dir>/exports/<name>[.parquet] (recs.runs). -#}
+{#- Where the export of `name` is written: <run_dir>/exports/<name>[.parquet]
+    (recs.nightly.runs). -#}
 {%- macro export_location(name, partitioned=false) -%}
-    {{- var('run_dir') | string | replace('\\', '/') }}/exports/{{ name }}{{ '' if partitioned else '.parquet' -}}
+    {%- set suffix = '' if partitioned else '.parquet' -%}
+    {{- var('run_dir') | string | replace('\\', '/') }}/exports/{{ name }}{{ suffix -}}
 {%- endmacro -%}

@@ -4,7 +4,7 @@
 # that replays the primary's WAL as it streams. A dedicated snapshot standby: hot_standby_feedback
 # keeps vacuum on the primary from cancelling a long snapshot read, and
 # max_standby_streaming_delay=-1 makes replay wait for the read rather than cancel it on a lock
-# conflict (recs.pgserver.start_standby runs the same setup locally).
+# conflict (recs.testing.pgserver.start_standby runs the same setup locally).
 set -euo pipefail
 if [ ! -s "${PGDATA}/PG_VERSION" ]; then
     until pg_isready -h "${PRIMARY_HOST}" -U "${POSTGRES_USER}"; do sleep 2; done

@@ -1,7 +1,7 @@
 """Settings: every tunable of the design in one frozen object, read from ``RECS_*`` once.
 
-Light module: imports only pydantic-settings and the standard library, so DAG files may import
-it at parse time.
+Light module: imports only pydantic-settings, the standard library and ``recs.times``, so DAG
+files may import it at parse time.
 
 Defaults and their source:
 
@@ -31,6 +31,8 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from recs.times import naive_utc
 
 
 class Settings(BaseSettings):
@@ -235,9 +237,7 @@ class Settings(BaseSettings):
     @field_validator("ingest_min_event_time")
     @classmethod
     def _naive_utc(cls, value: dt.datetime) -> dt.datetime:
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value
+        return naive_utc(value)
 
     @field_validator("api_jwt_secret")
     @classmethod

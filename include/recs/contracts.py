@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from recs.errors import RecsError
+from recs.errors import SchemaMismatchError
 
 TS = pl.Datetime("us")
 
@@ -69,8 +69,14 @@ EXPORT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "hub_accounts": {"user_id": pl.Int64, "in_degree": pl.Int64},
 }
 
+MAX_USER_ID = 2**63 - 1
+"""Largest account id: ids are non-negative signed 64-bit integers (``BIGINT``, ``Int64``)."""
 GLOBAL_TAG = "_global"
+"""The tag of the tag-agnostic popularity list (the dbt macro ``global_tag`` spells it too)."""
 EXCLUSION_REASONS = ("following", "pending", "blocked", "blocked_by", "muted", "dismissed")
+"""Why a candidate is excluded for a user (``follow_exclusions.reason``). A new reason is added
+here and in ``dbt_project/models/intermediate/int_exclusions_unioned.sql``; a test checks that
+the dbt ``accepted_values`` of every ``reason`` column equal this list."""
 
 # --- shards/ and published/ -----------------------------------------------------------------
 # One row per (user_id, candidate_id); sorted by user_id, rank.
@@ -84,10 +90,6 @@ RECOMMENDATION_SCHEMA: dict[str, pl.DataType] = {
     "generated_at": TS,
     "run_id": pl.String,
 }
-
-
-class SchemaMismatchError(RecsError):
-    """A frame or file does not have the columns and dtypes of its contract."""
 
 
 def check_schema(schema: Mapping[str, pl.DataType], expected: Mapping[str, pl.DataType], what: str):
@@ -112,3 +114,18 @@ def check_schema(schema: Mapping[str, pl.DataType], expected: Mapping[str, pl.Da
 def conform(frame: pl.DataFrame, expected: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """Select and cast ``frame`` to ``expected`` (column order of the contract)."""
     return frame.select([pl.col(name).cast(dtype) for name, dtype in expected.items()])
+
+
+def arrow_schema(contract: Mapping[str, pl.DataType]):
+    """The ``pyarrow.Schema`` of a contract, as Parquet files are written (plain ``string``,
+    naive ``timestamp[us]``). Supports the scalar dtypes of the snapshot and export contracts."""
+    import pyarrow as pa
+
+    mapping = {
+        pl.Int64: pa.int64(),
+        pl.Int32: pa.int32(),
+        pl.String: pa.string(),
+        pl.Boolean: pa.bool_(),
+        TS: pa.timestamp("us"),
+    }
+    return pa.schema([pa.field(name, mapping[dtype]) for name, dtype in contract.items()])

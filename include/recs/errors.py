@@ -1,4 +1,10 @@
-"""Exceptions a user can cause. The CLI prints ``str(error)`` as one line and exits non-zero."""
+"""Every error a user or an operator can cause, in one hierarchy under ``RecsError``.
+
+The CLI prints ``str(error)`` as one line and exits with ``exit_code`` (2 unless a class says
+otherwise); the read API answers with ``http_status`` where a class has one. Classes are grouped
+by the component that raises them. (The traversal's own ``ShardMismatchError`` and
+``StaleGraphError`` are defined in ``recs.traversal``, also under ``RecsError``.)
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ class RecsError(Exception):
     """Base class of every error a user or an operator can cause and fix."""
 
     exit_code = 2
+
+
+# --- arguments and runs (recs.nightly.runs, recs.published, recs.cli) ------------------------
 
 
 class UnknownUserError(RecsError):
@@ -27,8 +36,51 @@ class InvalidDateError(RecsError):
     """A snapshot date that is not an ISO ``YYYY-MM-DD`` calendar date."""
 
 
+class InvalidRunIdError(RecsError):
+    """A run id outside ``recs.nightly.runs.RUN_ID_PATTERN`` (the message names the rule)."""
+
+
+class SchemaMismatchError(RecsError):
+    """A frame or file does not have the columns and dtypes of its contract (``recs.contracts``)."""
+
+
 class DatasetError(RecsError):
-    """An unknown dataset name, a missing file or a file that does not parse."""
+    """An unknown dataset name, a missing or malformed file, bad generator arguments, or a
+    non-empty live store to load into without ``--replace`` (``recs.demo``, ``recs.store.bulk``)."""
+
+
+# --- the live store (recs.store) -------------------------------------------------------------
+
+
+class StoreUnavailableError(RecsError):
+    """The live store could not be reached (or answered with an error) for a check that must
+    not fail open: dismissals, blocks and mutes, the user's own account, writes."""
+
+    http_status = 503
+
+
+class LiveStoreError(RecsError):
+    """The live store is missing, has no schema, or cannot be read consistently (a snapshot)."""
+
+
+# --- event ingestion (recs.ingest) -----------------------------------------------------------
+
+
+class IngestInputError(RecsError):
+    """A path to ingest that does not exist or is not an event file."""
+
+
+class CountsDriftError(RecsError):
+    """``recs reconcile`` found follower/following counts that differ from the edges."""
+
+    exit_code = 1
+
+
+# --- the nightly run (recs.nightly) ----------------------------------------------------------
+
+
+class ModelsBuildError(RecsError):
+    """``dbt build`` failed (a model, data test or unit test), or an export is missing."""
 
 
 class ValidationFailedError(RecsError):
@@ -37,7 +89,7 @@ class ValidationFailedError(RecsError):
     exit_code = 3
 
 
-# --- the online read path (recs.serving, recs.api, recs.auth) -------------------------------
+# --- the online read path (recs.serving, recs.api, recs.auth) --------------------------------
 # ``http_status`` is the status the API answers with; the CLI still prints one line.
 
 
@@ -63,13 +115,6 @@ class DismissalNotFoundError(RecsError):
     """``DELETE`` of a dismissal that does not exist."""
 
     http_status = 404
-
-
-class StoreUnavailableError(RecsError):
-    """The live store could not be reached (or answered with an error) for a check that must
-    not fail open: dismissals, blocks and mutes, the user's own account, writes."""
-
-    http_status = 503
 
 
 class ConfigurationError(RecsError):

@@ -42,9 +42,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from recs.contracts import SchemaMismatchError
-from recs.errors import RunNotFoundError
-from recs.manifest import read_json, write_json
+from recs.errors import RunNotFoundError, SchemaMismatchError
+from recs.files import read_json, write_json
 from recs.sampling import rank_within_groups, sample_keys
 
 log = logging.getLogger("recs.graph")

@@ -1,6 +1,7 @@
-"""The read side of published versions: which version is current, what it holds, one user's list.
+"""Published versions: their layout, the ``CURRENT`` pointer, and what each version holds.
 
-Layout under ``Settings.published_dir`` (written by ``recs.publish``)::
+Shared by the writer (``recs.nightly.publish``) and the readers (``recs.serving``, ``recs runs``).
+Layout under ``Settings.published_dir``::
 
     published/
         CURRENT                         one line: the run id of the visible version
@@ -13,8 +14,8 @@ Layout under ``Settings.published_dir`` (written by ``recs.publish``)::
 
 A version folder appears only by a rename of a fully written staging folder, and ``CURRENT``
 changes only by an atomic replace, so a reader that resolves ``CURRENT`` once and then reads
-that version's folder never sees a partial version or a mix of two. Used by the CLI now and the
-HTTP API later; reads only Parquet and JSON, never the live store or a DuckDB file.
+that version's folder never sees a partial version or a mix of two. Reads only JSON and file
+sizes here, never the live store or a DuckDB file.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recs.errors import RunNotFoundError, UnknownUserError
+from recs.errors import RunNotFoundError
 
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
@@ -58,7 +59,7 @@ def version_manifest(published_dir: Path, run_id: str | None = None) -> dict[str
     missing.
     """
     published_dir = Path(published_dir)
-    name = run_id or _current_or_raise(published_dir)
+    name = run_id or current_or_raise(published_dir)
     path = version_dir(published_dir, name) / MANIFEST_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -135,46 +136,8 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
     return sorted(versions, key=lambda v: (v["snapshot_date"] or "", v["run_id"]))
 
 
-def recommendations_for(published_dir: Path, user_id: int, version: str | None = None):
-    """One user's published list, best first, from the current version (or ``version``).
-
-    Reads only the user's shard file, ``shard_of(user_id, shard_count)`` with the version's
-    own shard count, through a Polars scan whose ``user_id == ...`` filter is pushed down to
-    the Parquet reader: row groups whose min/max statistics exclude the id are skipped, and
-    since shard files are sorted by user_id one row group (or two) is read.
-
-    Returns a ``polars.DataFrame`` with the contract's columns (``RECOMMENDATION_SCHEMA``:
-    user_id, candidate_id, mutual_count, score, rank, followed_by, generated_at, run_id)
-    sorted by rank; empty (same schema) if the user has no published list. Raises
-    ``RunNotFoundError`` if nothing is published, the version is missing or its shard file
-    is, and ``UnknownUserError`` for a negative id.
-    """
-    import polars as pl
-
-    from recs.contracts import RECOMMENDATION_SCHEMA
-    from recs.sharding import shard_of
-
-    if user_id < 0:
-        raise UnknownUserError(f"invalid user id {user_id}: user ids are non-negative integers")
-    published_dir = Path(published_dir)
-    name = version or _current_or_raise(published_dir)
-    manifest = version_manifest(published_dir, name)
-    path = shard_file(published_dir, name, shard_of(user_id, int(manifest["shard_count"])))
-    try:
-        return (
-            pl.scan_parquet(path)
-            .filter(pl.col("user_id") == user_id)
-            .select(list(RECOMMENDATION_SCHEMA))
-            .sort("rank", "candidate_id")
-            .collect()
-        )
-    except FileNotFoundError:
-        raise RunNotFoundError(
-            f"published version {name!r} is incomplete: missing {path}"
-        ) from None
-
-
-def _current_or_raise(published_dir: Path) -> str:
+def current_or_raise(published_dir: Path) -> str:
+    """The run id ``CURRENT`` names; ``RunNotFoundError`` if nothing is published."""
     name = current_version(published_dir)
     if name is None:
         raise RunNotFoundError(

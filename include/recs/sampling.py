@@ -20,9 +20,9 @@ computed in plain ``uint64`` arithmetic (multiplication wraps mod 2**64), so it 
 on any engine's built-in hash, on the library version or on the platform. The formula is written
 once as compiled scalar functions (``mix64`` / ``sample_key``, Numba), which the vectorised
 ``sample_keys`` and the traversal's first-hop sampler both call; ``mix64_int`` /
-``sample_key_int`` restate it in Python integers to cross-check it (tests, ``recs.reference``).
-One compiled pass is 6-10x faster than the equivalent NumPy expression, which makes 7 temporary
-arrays (6.4 ms vs 40 ms for 3.1 M edges, one core).
+``sample_key_int`` restate it in Python integers to cross-check it (tests,
+``recs.testing.reference``). One compiled pass beats the NumPy expression's 7 temporary arrays
+(``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def rank_within_groups(sorted_groups: np.ndarray) -> np.ndarray:
 def capped_follows(follower_id: int, followee_ids, cap: int, seed: int) -> list[int]:
     """One user's follows in sample order, cut to ``cap`` (duplicates dropped).
 
-    The pure-Python view used by ``recs.reference``: ``followee_ids`` any iterable of ints;
+    The pure-Python view used by ``recs.testing.reference``: ``followee_ids`` any iterable of ints;
     returns a list of at most ``cap`` ints, ordered by ``(key, followee_id)``.
     """
     unique = sorted(set(int(v) for v in followee_ids))

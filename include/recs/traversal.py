@@ -73,8 +73,8 @@ from recs.contracts import (
     check_schema,
 )
 from recs.errors import RecsError
+from recs.files import write_json
 from recs.graph import CappedGraph, DenseIndex, load_graph, partition_files
-from recs.manifest import write_json
 from recs.sampling import sample_key, seed_mixer
 from recs.sharding import shard_array
 

@@ -35,12 +35,13 @@ import polars as pl
 import pytest
 from sqlalchemy import insert, text
 
-from recs import store as live
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.published import shard_file
 from recs.serving.auth import mint_token
 from recs.sharding import shard_of
+from recs.store import schema as live
+from recs.store.connections import engine_for
 
 SECRET = "test-secret-0123456789-abcdefghijklmnop"
 NOW = dt.datetime(2026, 11, 10, 12, 0, 0)
@@ -211,7 +212,7 @@ def point_current(published: Path, run_id: str) -> None:
 
 
 def make_store(settings: Settings):
-    engine = live.engine_for(settings.live_store_url)
+    engine = engine_for(settings.live_store_url)
     live.create_schema(engine, drop_existing=STORE_URL is not None)
     ordinary = [10, 11, 12, 13, 14, 20, 21, 22, 23, 24, 30, 31, 32, 33, 34, 35, 40, 41]
     created = {u: OLD for u in [1, 3, 4, 5, 6, *ordinary]} | {2: NOW - dt.timedelta(hours=1)}

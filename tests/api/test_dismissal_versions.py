@@ -20,11 +20,12 @@ import pytest
 from api_fixtures import NOW, bearer
 from sqlalchemy import text
 
-from recs import ingest, store
 from recs.config import Settings
 from recs.errors import DismissalNotFoundError
+from recs.ingest import run as ingest
 from recs.serving import read_path
 from recs.serving.live_store import LiveStore
+from recs.store import connections as store
 
 T0 = dt.datetime(2026, 10, 1, 12, 0)
 

@@ -19,7 +19,7 @@ import pytest
 from api_fixtures import bearer, make_world
 from servers import served
 
-from recs import pgserver
+from recs.testing import pgserver
 
 pytestmark = pytest.mark.slow
 

@@ -125,9 +125,9 @@ def test_a_dropped_file_is_ingested_and_archived_by_a_real_dag_run(tmp_path):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (landing / "0001.jsonl").exists()
     assert (landing / "ingested" / "0001.jsonl").exists()
-    from recs import ingest
     from recs.config import Settings
+    from recs.ingest.reconcile import follow_counts, mutual_follows
 
     settings = Settings(home=tmp_path / "data")
-    assert ingest.mutual_follows(settings, 1) == []
-    assert ingest.follow_counts(settings, 2) == {"follower_count": 1, "following_count": 0}
+    assert mutual_follows(settings, 1) == []
+    assert follow_counts(settings, 2) == {"follower_count": 1, "following_count": 0}

@@ -1,4 +1,4 @@
-"""``recs.models.build_models``: ``dbt build`` on a hand-built snapshot, exports checked exactly.
+"""``recs.nightly.models.build_models``: ``dbt build`` on a hand-built snapshot, exports exact.
 
 The snapshot (written with Polars in exactly ``SNAPSHOT_SCHEMAS``, follow edges under
 ``follow_edges/shard_id=NNN/part-0.parquet`` by ``shard_of(follower_id, 4)``). Run: snapshot
@@ -53,9 +53,9 @@ import pytest
 
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, check_schema
-from recs.errors import RecsError, RunNotFoundError
-from recs.models import ModelsBuildError, build_models, dbt_args, release_duckdb
-from recs.runs import RunPaths
+from recs.errors import ModelsBuildError, RecsError, RunNotFoundError
+from recs.nightly.models import build_models, dbt_args, release_duckdb
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
 
 BIG = 5_000_000_000

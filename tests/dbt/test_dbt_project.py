@@ -1,4 +1,5 @@
-"""The dbt project itself: it parses with only ``run_dir``, and its shard macro is Python's."""
+"""The dbt project itself: it parses with only ``run_dir``, its shard macro is Python's, and its
+exclusion reasons are the contract's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import duckdb
 import pytest
 
 from recs.config import Settings
-from recs.models import PROJECT_DIR_ENV, ModelsBuildError, dbt_args, dbt_project_dir, release_duckdb
-from recs.runs import RunPaths
+from recs.errors import ModelsBuildError
+from recs.nightly.models import PROJECT_DIR_ENV, dbt_args, dbt_project_dir, release_duckdb
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of, shard_sql
 
 
@@ -96,3 +98,25 @@ def test_project_dir_can_be_overridden(tmp_path, monkeypatch):
         dbt_project_dir()
     (tmp_path / "dbt_project.yml").write_text("name: x\n")
     assert dbt_project_dir() == tmp_path
+
+
+def test_every_reason_column_accepts_exactly_the_contracts_exclusion_reasons():
+    """A new exclusion reason goes into ``recs.contracts.EXCLUSION_REASONS`` and the dbt model
+    that produces it; the ``accepted_values`` test of every ``reason`` column of the project
+    (``int_exclusions_unioned``, ``follow_exclusions``) must list the same reasons."""
+    import yaml
+
+    from recs.contracts import EXCLUSION_REASONS
+
+    found = {}
+    for path in sorted((dbt_project_dir() / "models").rglob("*.yml")):
+        for model in (yaml.safe_load(path.read_text()) or {}).get("models", []):
+            for column in model.get("columns", []):
+                if column["name"] != "reason":
+                    continue
+                for test in column.get("data_tests", []):
+                    if isinstance(test, dict) and "accepted_values" in test:
+                        found[model["name"]] = test["accepted_values"]["arguments"]["values"]
+    assert set(found) >= {"int_exclusions_unioned", "follow_exclusions"}
+    for name, values in found.items():
+        assert tuple(values) == EXCLUSION_REASONS, name

@@ -220,10 +220,10 @@ def test_rerunning_one_shard_from_the_cli_writes_identical_bytes(demo):
 
 def test_poisoned_run_fails_the_gate_and_current_stays(demo, monkeypatch):
     """A second run whose shard output recommends an account the user already follows."""
-    from recs import pipeline
     from recs.config import Settings
     from recs.errors import ValidationFailedError
-    from recs.runs import RunPaths
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
 
     data = demo["data"]
     current_before = (data / "published" / "CURRENT").read_text()

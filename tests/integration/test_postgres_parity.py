@@ -1,6 +1,6 @@
 """The nightly run over a PostgreSQL live store publishes the same table as over SQLite.
 
-One synthetic event stream (``recs.event_stream``: 400 users, ~7 k events of every type,
+One synthetic event stream (``recs.demo.event_stream``: 400 users, ~7 k events of every type,
 out-of-order delivery, duplicates and a few broken lines) is ingested into a SQLite store and
 into a database on a real PostgreSQL server; then the whole nightly pipeline (``run_all``:
 snapshot, dbt, CSR graph, traversal, GX gate, publish) runs over each with the same snapshot
@@ -16,9 +16,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from recs import ingest, pipeline
 from recs.config import Settings
-from recs.event_stream import synthetic_events, write_events
+from recs.demo.event_stream import synthetic_events, write_events
+from recs.ingest.reconcile import reconcile_counts
+from recs.ingest.run import ingest_paths
+from recs.nightly import pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -50,9 +52,9 @@ def test_postgres_and_sqlite_stores_publish_the_same_recommendations(
     results = {}
     for backend, url in stores.items():
         settings = Settings(home=tmp_path / backend, store_url=url, shard_count=4)
-        counts = ingest.ingest_paths([events], settings)
+        counts = ingest_paths([events], settings)
         assert counts["balanced"] and counts["quarantined"] > 0 and counts["duplicates"] > 0
-        assert ingest.reconcile_counts(settings)["users_drifted"] == 0
+        assert reconcile_counts(settings)["users_drifted"] == 0
         run = pipeline.run_all(settings.home, DATE, RUN_ID, settings)
         run_dir = settings.home / "runs" / DATE / RUN_ID
         published = pl.read_parquet(

@@ -1,8 +1,8 @@
 """freeze_snapshot from a PostgreSQL hot standby (``Settings.snapshot_store_url``).
 
-A primary and a streaming standby of it (``recs.pgserver.start_standby``: ``pg_basebackup``
+A primary and a streaming standby of it (``recs.testing.pgserver.start_standby``: ``pg_basebackup``
 then WAL streaming) run for this module. The primary holds the hand-built store of
-tests/unit/test_snapshot.py (6 users, 8 active follows + 1 pending).
+tests/unit/nightly/test_snapshot.py (6 users, 8 active follows + 1 pending).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import polars as pl
 import psycopg
 import pytest
 
-from recs import pgserver, store
 from recs.config import Settings
-from recs.manifest import read_json
-from recs.runs import RunPaths
-from recs.snapshot import LiveStoreError, freeze_snapshot
-from tests.unit.test_snapshot import FOLLOWS, PENDING, SNAPSHOT_DATE, build_store
+from recs.errors import LiveStoreError
+from recs.files import read_json
+from recs.nightly.runs import RunPaths
+from recs.nightly.snapshot import freeze_snapshot
+from recs.store.connections import libpq_url
+from recs.store.standby import wait_for_standby
+from recs.testing import pgserver
+from tests.unit.nightly.test_snapshot import FOLLOWS, PENDING, SNAPSHOT_DATE, build_store
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def _edges(paths: RunPaths) -> list[tuple[int, int]]:
 
 
 def _follow_on_primary(primary_url: str, follower_id: int, followee_id: int) -> None:
-    with psycopg.connect(store.libpq_url(primary_url), autocommit=True) as connection:
+    with psycopg.connect(libpq_url(primary_url), autocommit=True) as connection:
         connection.execute(
             "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
             "VALUES (%s, %s, %s, 'active')",
@@ -122,6 +125,9 @@ def test_a_standby_that_stopped_replaying_fails_the_freeze_with_both_positions(
     name = "standby_paused"
     primary_url = primary.create_database(name)
     build_store(_settings(tmp_path, primary_url, None))
+    # The standby must have replayed the new database before replay stops, or the freeze
+    # fails on a database the standby does not have yet instead of on the lag under test.
+    wait_for_standby(primary_url, standby.url_for(name), timeout_seconds=60)
     with psycopg.connect(standby.url, autocommit=True) as connection:
         connection.execute("SELECT pg_wal_replay_pause()")
     try:
@@ -158,7 +164,7 @@ def test_a_transaction_left_open_on_the_primary_does_not_delay_the_freeze(server
     name = "standby_open_xact"
     primary_url = primary.create_database(name)
     build_store(_settings(tmp_path, primary_url, None))
-    with psycopg.connect(store.libpq_url(primary_url)) as holder:  # not autocommit: stays open
+    with psycopg.connect(libpq_url(primary_url)) as holder:  # not autocommit: stays open
         holder.execute(
             "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
             "VALUES (3, 5, now(), 'active')"

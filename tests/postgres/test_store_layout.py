@@ -9,9 +9,12 @@ import json
 import pytest
 from sqlalchemy import text
 
-from recs import ingest, store
 from recs.config import Settings
-from recs.synthetic import generate_graph
+from recs.demo.synthetic import generate_graph
+from recs.ingest.reconcile import reconcile_counts
+from recs.ingest.run import ingest_paths
+from recs.store import schema
+from recs.store.connections import engine_for
 
 
 @pytest.fixture
@@ -20,7 +23,7 @@ def pg_settings(postgres_url, tmp_path) -> Settings:
 
 
 def query(settings: Settings, sql: str) -> list[tuple]:
-    engine = store.engine_for(settings.live_store_url)
+    engine = engine_for(settings.live_store_url)
     try:
         with engine.begin() as connection:
             result = connection.execute(text(sql))
@@ -40,8 +43,8 @@ def assert_reverse_is_the_forward_copy(settings: Settings) -> None:
 
 
 def test_edge_tables_are_hash_partitioned_by_follower_and_by_followee(pg_settings):
-    engine = store.engine_for(pg_settings.live_store_url)
-    store.create_schema(engine)
+    engine = engine_for(pg_settings.live_store_url)
+    schema.create_schema(engine)
     engine.dispose()
     keys = query(
         pg_settings,
@@ -61,8 +64,8 @@ def test_edge_tables_are_hash_partitioned_by_follower_and_by_followee(pg_setting
         "GROUP BY parent.relname ORDER BY 1",
     )
     assert partitions == [
-        ("follow_edges", store.EDGE_PARTITIONS),
-        ("follow_edges_reverse", store.EDGE_PARTITIONS),
+        ("follow_edges", schema.EDGE_PARTITIONS),
+        ("follow_edges_reverse", schema.EDGE_PARTITIONS),
     ]
     # The reverse direction is its own table, not a partition-local index of follow_edges.
     assert query(pg_settings, "SELECT indexname FROM pg_indexes WHERE tablename = 'follow_edges'")
@@ -89,7 +92,7 @@ def test_bulk_load_fills_both_directions_and_the_counts(pg_settings):
         assert spread == [], table
         used = query(pg_settings, f"SELECT count(DISTINCT tableoid) FROM {table}")[0][0]
         assert used > 1, f"{table}: every row in one partition"
-    report = ingest.reconcile_counts(pg_settings)
+    report = reconcile_counts(pg_settings)
     assert report["users_drifted"] == 0
     assert report["users_checked"] > 0
 
@@ -118,7 +121,7 @@ def test_triggers_mirror_inserts_updates_deletes_and_truncate(pg_settings, tmp_p
     for number, lines in enumerate(files):
         path = tmp_path / f"{number}.jsonl"
         path.write_text("\n".join(lines) + "\n")
-        ingest.ingest_paths([path], pg_settings)
+        ingest_paths([path], pg_settings)
         assert_reverse_is_the_forward_copy(pg_settings)
     assert query(
         pg_settings,

@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 from traversal_fixtures import AS_OF, Fixture, User, settings_for, users_with, write_run
 
-from recs.contracts import SNAPSHOT_SCHEMAS, SchemaMismatchError
-from recs.errors import RunNotFoundError
+from recs.contracts import SNAPSHOT_SCHEMAS
+from recs.errors import RunNotFoundError, SchemaMismatchError
+from recs.files import read_json, write_json
 from recs.graph import DenseIndex, build_graph, load_graph, partition_files, sample_sorted
-from recs.manifest import read_json, write_json
 from recs.sampling import capped_follows, sample_keys
 
 SEED = 20_240_601

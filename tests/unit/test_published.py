@@ -1,6 +1,6 @@
 """The read side of published versions (recs.published), on versions written by hand.
 
-The layout is the contract of ``recs.published`` (not produced by ``recs.publish`` here):
+The layout is the contract of ``recs.published`` (not produced by ``recs.nightly.publish`` here):
 ``<run_id>/manifest.json`` + ``<run_id>/shard_id=NNN/recommendations.parquet``, ``CURRENT``.
 
 Shards of the users used, by ``shard_of``: with 4 shards 2 and 3 -> 2, 6 -> 0, 1 -> 3,
@@ -19,14 +19,9 @@ import pytest
 
 from recs.contracts import RECOMMENDATION_SCHEMA
 from recs.errors import RunNotFoundError, UnknownUserError
-from recs.published import (
-    check_version,
-    current_version,
-    list_versions,
-    recommendations_for,
-    shard_file,
-)
+from recs.published import check_version, current_version, list_versions, shard_file
 from recs.sharding import shard_of
+from recs.testing.published import recommendations_for
 
 GENERATED_AT = dt.datetime(2026, 11, 2)
 

@@ -12,8 +12,13 @@ from polars.testing import assert_frame_equal
 from traversal_fixtures import AS_OF, Fixture, User, settings_for, write_run
 
 from recs.graph import build_graph
-from recs.reference import activity_recency, reference_recommendations, reference_shard, score
 from recs.sampling import capped_follows
+from recs.testing.reference import (
+    activity_recency,
+    reference_recommendations,
+    reference_shard,
+    score,
+)
 from recs.traversal import traverse_shard
 
 DAY = dt.timedelta(days=1)
@@ -149,7 +154,7 @@ def test_counts_only_reference_gives_the_same_rows(tmp_path):
     User 1 expands 10, 11, 12: 20 x3, 21 x2, 22 x2, 1 x1 (itself). Scores: 20: 0.7 * 3/25 +
     0.3 = 0.384; 21: 0.056 + 0.15 = 0.206; 22: 0.056 + 0 = 0.056. User 2 expands 11, 12:
     20 x2 (21, 22 and 1 once each)."""
-    from recs.reference import recommend_from_follows
+    from recs.testing.reference import recommend_from_follows
 
     settings = settings_for(tmp_path, hop1_cap=6, hop2_cap=4)
     following = {1: [10, 11, 12], 10: [20, 21, 22], 11: [20, 21], 12: [22, 20, 1], 2: [11, 12]}

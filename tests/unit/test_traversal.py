@@ -16,10 +16,10 @@ import polars as pl
 import pytest
 from traversal_fixtures import AS_OF, Fixture, User, settings_for, users_with, write_run
 
-from recs import pipeline
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
+from recs.files import read_json
 from recs.graph import build_graph
-from recs.manifest import read_json
+from recs.nightly import pipeline
 from recs.sampling import capped_follows
 from recs.traversal import ShardMismatchError, StaleGraphError, traverse_shard
 

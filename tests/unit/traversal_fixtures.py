@@ -17,8 +17,8 @@ import polars as pl
 
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, conform
-from recs.manifest import write_json
-from recs.runs import RunPaths
+from recs.files import write_json
+from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
 
 SNAPSHOT_DATE = dt.date(2026, 11, 1)

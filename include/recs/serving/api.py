@@ -65,6 +65,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from recs.config import Settings, get_settings
+from recs.contracts import MAX_USER_ID
 from recs.errors import InvalidRequestError, RecsError, StoreUnavailableError
 from recs.serving import read_path
 from recs.serving.auth import (
@@ -80,6 +81,7 @@ from recs.serving.coordination import SharedPointer
 from recs.serving.live_store import LiveStore
 from recs.serving.metrics import REQUEST_SECONDS, REQUESTS, STORE_ERRORS
 from recs.serving.versions import VersionCache
+from recs.times import utc_iso
 
 log = logging.getLogger("recs.api")
 
@@ -417,9 +419,7 @@ def create_app(
                 "status": "ready",
                 "run_id": version.run_id,
                 "snapshot_date": version.snapshot_date,
-                "generated_at": (
-                    version.generated_at.isoformat() + "Z" if version.generated_at else None
-                ),
+                "generated_at": (utc_iso(version.generated_at) if version.generated_at else None),
             }
         )
 
@@ -482,7 +482,7 @@ def _candidate_from_body(body: bytes) -> int:
     if not isinstance(document, dict) or "candidate_id" not in document:
         raise InvalidRequestError('invalid request body: expected JSON like {"candidate_id": 123}')
     value = document["candidate_id"]
-    if type(value) is not int or not 0 <= value <= read_path.MAX_ID:
+    if type(value) is not int or not 0 <= value <= MAX_USER_ID:
         raise InvalidRequestError(f"invalid candidate id {value!r}: {ID_RULE}")
     return value
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import jwt
 
 from recs.config import Settings
+from recs.contracts import MAX_USER_ID
 from recs.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -33,7 +34,6 @@ ALGORITHM = "HS256"
 AUDIENCE = "recs-api"
 ISSUER = "recs"
 ROLES = ("user", "service")
-_MAX_USER_ID = 2**63 - 1
 MAX_TTL_SECONDS = 30 * 24 * 3600
 """Longest token lifetime ``mint_token`` (and ``recs token --ttl``) issues: 30 days. An
 HS256 token cannot be revoked short of rotating the secret, so its life is bounded."""
@@ -50,7 +50,7 @@ def is_canonical_id(text: str) -> bool:
         and text.isascii()
         and text.isdigit()
         and (text == "0" or text[0] != "0")
-        and int(text) <= _MAX_USER_ID
+        and int(text) <= MAX_USER_ID
     )
 
 
@@ -93,7 +93,7 @@ def mint_token(
     """A signed token for ``user_id`` valid ``ttl_seconds`` (1 .. ``MAX_TTL_SECONDS``) from
     ``now`` (epoch seconds, default the wall clock). ``service=True`` adds the service role
     (read any user). Raises ``ValueError`` for an id or a lifetime out of range."""
-    if user_id < 0 or user_id > _MAX_USER_ID:
+    if user_id < 0 or user_id > MAX_USER_ID:
         raise ValueError(f"user id out of range: {user_id}")
     if isinstance(ttl_seconds, bool) or not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ValueError(f"ttl_seconds must be 1 .. {MAX_TTL_SECONDS} (30 days): {ttl_seconds}")

@@ -36,7 +36,9 @@ from urllib.parse import quote
 
 from recs.errors import StoreUnavailableError, UnknownUserError
 from recs.serving.metrics import STORE_ERRORS, STORE_RECONNECTS
-from recs.store import one_line
+from recs.store.connections import SQLITE_TIMESTAMP_FORMAT, apply_sqlite_pragmas, one_line
+from recs.store.relationships import ADVISORY_LOCK_KEY, write_time_after
+from recs.times import epoch_micros, naive_utc, wall_clock
 
 log = logging.getLogger("recs.serving")
 
@@ -47,11 +49,6 @@ HARD_REASONS = ("dismissed", "blocked", "blocked_by", "muted")
 API_EVENT_IDS = {"dismiss": "api:dismiss", "undismiss": "api:undismiss"}
 """The event id of a dismissal write made through the API, as the relationship version records
 it (ties at the same microsecond are ordered by event id, as in ``recs.ingest``)."""
-
-
-def wall_clock() -> dt.datetime:
-    """Now as naive UTC (the project's timestamp convention)."""
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +76,7 @@ class LiveStore:
         from sqlalchemy import event
         from sqlalchemy.exc import SQLAlchemyError
 
-        from recs.store import engine_for, sqlite_path
+        from recs.store.connections import engine_for, sqlite_path
 
         self.url = url
         path = sqlite_path(url)
@@ -121,12 +118,7 @@ class LiveStore:
     def _on_connect(self, dbapi_connection, record) -> None:
         cursor = dbapi_connection.cursor()
         if self._dialect == "sqlite":
-            cursor.execute(f"PRAGMA busy_timeout={self._timeout_ms}")
-            cursor.execute("PRAGMA synchronous=FULL")  # a 2xx dismissal survives a power cut
-            # Point reads at random users: keep hot pages in the connection and read the file
-            # through a memory map (bench/README.md: 20-id IN lookup 80 -> 40 µs).
-            cursor.execute("PRAGMA cache_size=-65536")
-            cursor.execute(f"PRAGMA mmap_size={1 << 30}")
+            apply_sqlite_pragmas(cursor, "read_api", busy_timeout=self._timeout_ms)
             record.info["identity"] = self._file_identity()
         else:
             cursor.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
@@ -279,15 +271,11 @@ class LiveStore:
         return ", ".join([self._ph] * len(values))
 
     def _timestamp(self, value: Any) -> dt.datetime:
-        if isinstance(value, str):
-            value = dt.datetime.fromisoformat(value)
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value
+        return naive_utc(dt.datetime.fromisoformat(value) if isinstance(value, str) else value)
 
     def _bind_timestamp(self, value: dt.datetime) -> Any:
-        # SQLAlchemy's SQLite DateTime text format, so the snapshot parses it like the rest.
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f") if self._text_timestamps else value
+        # SQLAlchemy's SQLite DateTime text, so the snapshot parses it like the rest.
+        return value.strftime(SQLITE_TIMESTAMP_FORMAT) if self._text_timestamps else value
 
     # -- reads ------------------------------------------------------------------------------
     def account(self, user_id: int, following_cap: int) -> Account | None:
@@ -432,8 +420,9 @@ class LiveStore:
     # it keeps the (time, id) of the last write applied to it, on its row or, once deleted, as
     # a ``relationship_tombstones`` row, and ingestion supersedes any event not newer than
     # that. An API write is such an event at the request's clock time, with event id
-    # ``API_EVENT_IDS[kind]``, ordered after the version it replaces (``_after``), so the
-    # user's action always takes effect and a later-arriving older event cannot undo it.
+    # ``API_EVENT_IDS[kind]``, ordered after the version it replaces
+    # (``store.relationships.write_time_after``), so the user's action always takes effect and
+    # a later-arriving older event cannot undo it.
 
     @contextmanager
     def _write(self, operation: str) -> Iterator[Any]:
@@ -474,8 +463,6 @@ class LiveStore:
         dismissal's version never interleaves with one: SQLite ``BEGIN IMMEDIATE`` (waits up to
         the busy timeout), PostgreSQL ingestion's transaction-scoped advisory lock (waits up to
         ``lock_timeout`` = the same timeout). Past the timeout: ``StoreUnavailableError``."""
-        from recs.ingest import ADVISORY_LOCK_KEY  # recs.ingest imports SQLAlchemy: not at import
-
         if self._dialect == "sqlite":
             cursor.execute("BEGIN IMMEDIATE")
         else:
@@ -526,7 +513,7 @@ class LiveStore:
                 if who not in present:
                     raise UnknownUserError(f"unknown {label} {who}: not in the live store")
             dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
-            time_us = _after(_epoch_micros(at), event_id, version)
+            time_us = write_time_after(epoch_micros(at), event_id, version)
             created = dismissed_at is None
             if created:
                 dismissed_at = self._bind_timestamp(at)
@@ -563,7 +550,7 @@ class LiveStore:
                 dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
                 if dismissed_at is None:
                     raise _NothingToWrite  # rolled back by _write
-                time_us = _after(_epoch_micros(at), event_id, version)
+                time_us = write_time_after(epoch_micros(at), event_id, version)
                 cursor.execute(
                     f"DELETE FROM dismissed_candidates WHERE user_id = {p} AND candidate_id = {p}",
                     (user_id, candidate_id),
@@ -599,18 +586,3 @@ class LiveStore:
 
 class _NothingToWrite(Exception):
     """Inside ``LiveStore._write``: end the transaction without writing (rolled back)."""
-
-
-def _epoch_micros(moment: dt.datetime) -> int:
-    """Naive UTC (or aware) ``moment`` as epoch microseconds, the unit of ingestion's versions."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
-    return (moment - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
-
-
-def _after(time_us: int, event_id: str, version: tuple[int, str] | None) -> int:
-    """The time of an API write at ``time_us``: itself, or 1 µs after ``version`` if that is
-    not older (``(time, id)`` order, as ingestion compares), so the write supersedes it."""
-    if version is not None and (time_us, event_id) <= tuple(version):
-        return version[0] + 1
-    return time_us

@@ -31,11 +31,10 @@ from recs.config import Settings
 from recs.errors import DismissalNotFoundError, InvalidRequestError, UnknownUserError
 from recs.serving.cold_start import cold_start_items
 from recs.serving.filters import LiveCheck
-from recs.serving.live_store import LiveStore, wall_clock
+from recs.serving.live_store import LiveStore
 from recs.serving.metrics import COLD_START, DROPPED, FOLLOWED_BY_DROPPED
 from recs.serving.versions import BatchRow, PublishedVersion
-
-MAX_ID = 2**63 - 1
+from recs.times import utc_iso, wall_clock
 
 Clock = Callable[[], dt.datetime]
 """A function returning now as naive UTC (``wall_clock`` in production, a fixed one in tests)."""
@@ -125,7 +124,7 @@ def _document(user_id, source, run_id, generated_at, items) -> dict[str, Any]:
         "user_id": user_id,
         "source": source,
         "run_id": run_id,
-        "generated_at": generated_at.isoformat() + "Z" if generated_at else None,
+        "generated_at": utc_iso(generated_at) if generated_at else None,
         "items": items,
     }
 
@@ -186,7 +185,7 @@ def record_dismissal(
     return {
         "user_id": user_id,
         "candidate_id": candidate_id,
-        "dismissed_at": dismissed_at.isoformat() + "Z",
+        "dismissed_at": utc_iso(dismissed_at),
         "created": created,
     }
 

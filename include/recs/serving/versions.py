@@ -37,7 +37,7 @@ from recs.serving.metrics import (
     VERSION_SWAPS,
 )
 from recs.sharding import shard_of
-from recs.store import one_line
+from recs.store.connections import one_line
 
 log = logging.getLogger("recs.serving")
 

@@ -15,9 +15,10 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import insert
 
-from recs import store as live
 from recs.errors import StoreUnavailableError
 from recs.serving.live_store import LiveStore
+from recs.store import schema as live
+from recs.store.connections import engine_for
 
 OLD = dt.datetime(2026, 1, 1)
 
@@ -25,7 +26,7 @@ OLD = dt.datetime(2026, 1, 1)
 @pytest.fixture
 def url(tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = live.engine_for(url)
+    engine = engine_for(url)
     live.create_schema(engine)
     with engine.begin() as connection:
         connection.execute(

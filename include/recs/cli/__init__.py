@@ -1,0 +1,49 @@
+"""The ``recs`` command line (Typer): one module per command group.
+
+``data`` (load-dataset, generate-graph), ``ingest`` (ingest, reconcile), ``nightly`` (run,
+shard run, summary, runs) and ``read`` (recommend, serve, token) register their commands on the
+one ``app`` (``recs.cli.app``). Every command calls the same function the Airflow task or the
+API calls. Any error a user can cause exits non-zero with one line ``recs: error: …`` on stderr,
+never a traceback (``main``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+from pydantic import ValidationError
+
+from recs.cli import data, ingest, nightly, read  # noqa: F401 - each registers its commands
+from recs.cli.app import app
+from recs.errors import RecsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning every user-causable error into one line on stderr."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(args=argv, standalone_mode=False)
+    except typer.Exit as done:
+        return done.exit_code
+    except typer.Abort:
+        sys.stderr.write("recs: aborted\n")
+        return 130
+    except typer.TyperException as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # bare `recs` or `recs shard`
+            sys.stderr.write(error.format_message().rstrip() + "\n")
+            return 2
+        message = " ".join(error.format_message().split())
+        sys.stderr.write(f"recs: error: {message}\n")
+        return error.exit_code
+    except RecsError as error:
+        sys.stderr.write(f"recs: error: {error}\n")
+        return error.exit_code
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        sys.stderr.write(f"recs: error: invalid setting {where}: {first.get('msg')}\n")
+        return 2
+    return 0
+

@@ -1,0 +1,95 @@
+"""The ``recs`` Typer application and what its commands share: options, output, progress.
+
+Output convention: results on stdout (``--json`` for one machine-readable JSON object), human
+progress and messages on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="recs",
+    help="Who-to-follow data platform: load graphs, run the nightly pipeline, read results.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+shard_app = typer.Typer(help="Work on one shard of a run.", no_args_is_help=True)
+app.add_typer(shard_app, name="shard")
+
+
+out = Console(soft_wrap=True)
+
+
+err = Console(stderr=True, soft_wrap=True)
+
+
+SnapshotDate = Annotated[
+    str, typer.Option("--snapshot-date", help="The run's snapshot date, YYYY-MM-DD.")
+]
+
+
+RUN_ID_HELP = "1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit, no '..'"
+
+
+RunIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--run-id", help=f"Run id (default: the only/newest run of that date); {RUN_ID_HELP}."
+    ),
+]
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+# A user id is read as text and parsed by recs.serving.auth.parse_id (canonical decimal,
+# 0 .. 2**63-1), so `recs recommend -1` says what a user id is instead of "No such option: -1": commands
+# taking one accept unknown option-like words as arguments (a mistyped option then shows up
+# as "unexpected extra argument").
+UserIdArg = Annotated[
+    str, typer.Argument(help="User id: 0 .. 2**63-1, plain decimal.", metavar="USER_ID")
+]
+
+
+ID_ARGUMENT = {"ignore_unknown_options": True}
+
+
+def current_settings():
+    from recs.config import get_settings
+
+    return get_settings()
+
+
+def emit(document: Any, as_json: bool, render) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(document, default=str, sort_keys=True) + "\n")
+    else:
+        render(document)
+
+
+def progress(message: str) -> None:
+    err.print(f"[dim]→ {message}[/dim]", highlight=False)
+
+
+def print_mapping(title: str, mapping: dict) -> None:
+    table = Table(title=title, show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    for key, value in mapping.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:,}"
+        elif isinstance(value, float):
+            value = f"{value:,.3f}"
+        table.add_row(str(key), str(value))
+    out.print(table)

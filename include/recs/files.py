@@ -1,0 +1,99 @@
+"""Files a run or a publish writes: atomically and durably, JSON documents, checksums.
+
+One home for these rules (light: standard library only):
+
+- **Atomic, durable writes** (``atomic_write``, ``atomic_path``): the bytes go to a hidden
+  temporary sibling ``.<name>.tmp``, are fsynced, and replace the target with ``os.replace``,
+  which is atomic on POSIX: a reader sees the old file or the new one, never half of one, and
+  after a crash never a renamed file whose data did not reach the disk. ``sync_folder`` also
+  fsyncs the folder, so the rename itself survives a power cut (the ``CURRENT`` pointer).
+- **JSON documents** next to run outputs (manifests, summaries): ``write_json`` (indented,
+  key-sorted, atomic) and ``read_json``.
+- **Checksums**: ``sha256_file`` (hex).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from recs.errors import RunNotFoundError
+
+HASH_CHUNK_BYTES = 1 << 20
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (a rename or a new file in it) to disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file written by someone else (a copy, a library writer) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: Path, *, sync_folder: bool = False) -> Iterator[Path]:
+    """A temporary path to write ``path`` through, for writers that take a path (Polars,
+    PyArrow): on a clean exit the file there is fsynced and replaces ``path``; on an error it
+    is removed and ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync_folder:
+        fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_write(path: Path, *, binary: bool = False, sync_folder: bool = False) -> Iterator[IO]:
+    """An open file (text UTF-8, or ``binary``) whose contents replace ``path`` atomically and
+    durably on a clean exit (module docstring); on an error ``path`` is left as it was."""
+    with atomic_path(path, sync_folder=sync_folder) as tmp:
+        with tmp.open("wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
+            yield handle
+
+
+def write_json(path: Path, document: Any) -> Path:
+    """Write ``document`` as indented, key-sorted JSON (``default=str``), atomically."""
+    with atomic_write(path) as handle:
+        json.dump(document, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    return Path(path)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON document; a missing file raises ``RunNotFoundError`` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunNotFoundError(f"missing {path}") from None
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 (hex) of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(HASH_CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()

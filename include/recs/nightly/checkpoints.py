@@ -1,0 +1,145 @@
+"""Great Expectations plumbing of the gate: batches of expectations run as GX 1.x Checkpoints.
+
+Each ``GateBatch`` (one Polars frame, its expectations, its key columns) gets its own suite,
+validation definition and checkpoint on one ephemeral context (pandas datasource, dataframe
+asset, whole-dataframe batch definition): GX 1.x applies one ``batch_parameters`` dict to every
+validation definition of a checkpoint, and an in-memory frame is passed exactly that way, so one
+checkpoint can validate only one frame. The results are merged into one JSON document. Which
+expectations the gate holds: ``recs.nightly.validation``; why pandas batches and how they are
+converted: ``recs/nightly/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from recs.nightly.runs import RunPaths
+
+
+@dataclass
+class GateBatch:
+    """One frame to validate, its expectations ``[(check name, expectation)]`` and its keys."""
+
+    name: str
+    frame: pl.DataFrame
+    keys: list[str]
+    expectations: list[tuple[str, Any]] = field(default_factory=list)
+
+    def expect(self, check: str, expectation_class: type, **kwargs: Any) -> None:
+        """Add an expectation named ``check`` (kept in its ``meta`` to name its result)."""
+        self.expectations.append((check, expectation_class(**kwargs, meta={"check": check})))
+
+
+def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]:
+    """Validate each batch with its own suite, validation definition and checkpoint.
+
+    One ephemeral GX context, analytics and progress bars off. The GX run id is the run's id
+    and ``paths.as_of`` (not the wall clock), so the saved document is the same on a rerun.
+    Returns ``{"run_id", "success", "statistics", "checkpoints": [{"name", "batch", "rows",
+    "success", "statistics", "expectations": [{"name", "expectation_type", "kwargs",
+    "success", "result", ["exception_info"]}]}]}``, expectations in suite order.
+    """
+    quiet_gx()
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    datasource = context.data_sources.add_pandas("recs_run")
+    run_id = RunIdentifier(run_name=paths.run_id, run_time=paths.as_of)
+
+    checkpoints = []
+    for batch in batches:
+        asset = datasource.add_dataframe_asset(batch.name)
+        batch_definition = asset.add_batch_definition_whole_dataframe("whole_frame")
+        suite = gx.ExpectationSuite(name=f"recs_{batch.name}")
+        for _, expectation in batch.expectations:
+            suite.add_expectation(expectation)
+        suite = context.suites.add(suite)
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"recs_{batch.name}", data=batch_definition, suite=suite)
+        )
+        keys = [k for k in batch.keys if k in batch.frame.columns]
+        result_format: dict[str, Any] = {"result_format": "SUMMARY"}
+        if keys == batch.keys:
+            result_format["unexpected_index_column_names"] = keys
+        checkpoint = context.checkpoints.add(
+            gx.Checkpoint(
+                name=f"recs_gate_{batch.name}",
+                validation_definitions=[definition],
+                result_format=result_format,
+            )
+        )
+        result = checkpoint.run(
+            batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
+        )
+        checkpoints.append(_describe(batch, result))
+
+    evaluated = sum(len(c["expectations"]) for c in checkpoints)
+    successful = sum(e["success"] for c in checkpoints for e in c["expectations"])
+    return {
+        "run_id": paths.run_id,
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "success": all(c["success"] for c in checkpoints),
+        "statistics": {
+            "evaluated_expectations": evaluated,
+            "successful_expectations": successful,
+            "unsuccessful_expectations": evaluated - successful,
+        },
+        "checkpoints": checkpoints,
+    }
+
+
+def quiet_gx() -> None:
+    """Import GX quietly: analytics off (unless ``GX_ANALYTICS_ENABLED`` is set) and its INFO
+    chatter (hundreds of lines at import, temp-dir notices) kept out of task logs. GX sets
+    some module loggers to INFO itself, so those are lowered after the import."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    gx_logger = logging.getLogger("great_expectations")
+    if gx_logger.level == logging.NOTSET:
+        gx_logger.setLevel(logging.WARNING)
+    import great_expectations  # noqa: F401
+
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (
+            name.startswith("great_expectations.")
+            and isinstance(logger, logging.Logger)
+            and logging.NOTSET < logger.level < logging.WARNING
+        ):
+            logger.setLevel(logging.WARNING)
+
+
+def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
+    """A checkpoint result as JSON, each expectation named by its check, in suite order."""
+    by_check: dict[str, dict[str, Any]] = {}
+    statistics: dict[str, Any] = {}
+    for suite_result in result.run_results.values():
+        statistics = suite_result.describe_dict()["statistics"]
+        for expectation_result in suite_result.results:
+            check = expectation_result.expectation_config.meta["check"]
+            by_check[check] = {"name": check, **expectation_result.describe_dict()}
+    expectations = [by_check[check] for check, _ in batch.expectations]
+    return {
+        "name": result.name,
+        "batch": batch.name,
+        "rows": batch.frame.height,
+        "success": bool(result.success),
+        "statistics": statistics,
+        "expectations": json.loads(json.dumps(expectations, default=str)),
+    }
+
+
+def _to_pandas(frame: pl.DataFrame):
+    """Polars to pandas: NumPy dtypes for scalar columns, Arrow-backed list columns."""
+    list_columns = [c for c, t in frame.schema.items() if isinstance(t, pl.List)]
+    pandas_frame = frame.drop(list_columns).to_pandas()
+    for column in list_columns:
+        pandas_frame[column] = frame.get_column(column).to_pandas(use_pyarrow_extension_array=True)
+    return pandas_frame[frame.columns]

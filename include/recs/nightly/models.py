@@ -1,0 +1,249 @@
+"""The ``build_models`` stage: ``dbt build`` of ``dbt_project/`` over one run's snapshot.
+
+dbt on DuckDB does the set logic of the nightly run (ARCHITECTURE §3): hub accounts, follow
+exclusions, eligible users, candidate profiles and the popularity index, each tested and
+documented, then exported to Parquet for the traversal and the read API (layout in
+``recs.nightly.runs``; schemas in ``recs.contracts.EXPORT_SCHEMAS``).
+
+Everything the build writes is run-scoped: the DuckDB file ``paths.warehouse`` (one per run,
+opened read-write only by this dbt invocation: the single writer), the exports under
+``paths.exports_dir``, and dbt's own target and log folders under ``<run_dir>/dbt/``. Nothing is
+written into the repository, and a rerun first removes what the previous attempt wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import recs
+from recs.config import Settings
+from recs.contracts import EXPORT_SCHEMAS, check_schema
+from recs.errors import ModelsBuildError, RunNotFoundError
+from recs.nightly.runs import RunPaths
+
+log = logging.getLogger("recs.nightly.models")
+
+PROJECT_DIR_ENV = "RECS_DBT_PROJECT_DIR"
+SNAPSHOT_FILES = (
+    "users.parquet",
+    "blocks.parquet",
+    "mutes.parquet",
+    "dismissed_candidates.parquet",
+    "user_interests.parquet",
+)
+# Exports written as hive-partitioned directories (shard_id=N/*.parquet); the rest are one file.
+PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
+_FAILED_STATUSES = {"error", "fail", "runtime error"}
+
+
+def dbt_project_dir() -> Path:
+    """The dbt project: ``$RECS_DBT_PROJECT_DIR``, else ``dbt_project/`` at the repository root.
+
+    Raises ``ModelsBuildError`` if the folder has no ``dbt_project.yml``.
+    """
+    override = os.environ.get(PROJECT_DIR_ENV)
+    repository = Path(recs.__file__).resolve().parents[2]
+    project_dir = Path(override) if override else repository / "dbt_project"
+    if not (project_dir / "dbt_project.yml").is_file():
+        raise ModelsBuildError(
+            f"no dbt project at {project_dir} (set {PROJECT_DIR_ENV} to the dbt_project folder)"
+        )
+    return project_dir
+
+
+def dbt_vars(paths: RunPaths, settings: Settings) -> dict[str, Any]:
+    """The ``--vars`` of a run: its paths and the frozen settings the models use.
+
+    ``as_of`` is ``paths.as_of`` as naive UTC text (``YYYY-MM-DD HH:MM:SS``);
+    ``hub_in_degree_threshold`` is ``None`` (JSON null) when the threshold scales to the graph.
+    """
+    return {
+        "run_dir": paths.run_dir.resolve().as_posix(),
+        "duckdb_path": paths.warehouse.resolve().as_posix(),
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "as_of": paths.as_of.replace(tzinfo=None).isoformat(sep=" "),
+        "shard_count": settings.shard_count,
+        "eligibility_window_days": settings.eligibility_window_days,
+        "hub_in_degree_threshold": settings.hub_in_degree_threshold,
+        "hub_quantile": settings.hub_quantile,
+        "hub_min_in_degree": settings.hub_min_in_degree,
+        "popularity_per_tag": settings.popularity_per_tag,
+    }
+
+
+def dbt_args(command: str, paths: RunPaths, settings: Settings, *extra: str) -> list[str]:
+    """Command-line arguments of a dbt command on this run (for ``dbtRunner().invoke``).
+
+    ``command`` is dbt's sub-command, e.g. ``"build"`` or ``"docs generate"``. The project and
+    profile come from ``dbt_project_dir()``; target and logs go under ``<run_dir>/dbt/``.
+    After an in-process invocation, call ``release_duckdb()``.
+    """
+    project_dir = dbt_project_dir()
+    dbt_dir = paths.run_dir / "dbt"
+    return [
+        *command.split(),
+        "--project-dir", str(project_dir),
+        "--profiles-dir", str(project_dir),
+        "--target-path", str(dbt_dir / "target"),
+        "--log-path", str(dbt_dir / "logs"),
+        "--vars", json.dumps(dbt_vars(paths, settings), sort_keys=True),
+        "--no-send-anonymous-usage-stats",
+        "--no-version-check",
+        "--no-use-colors",
+        *extra,
+    ]  # fmt: skip
+
+
+def build_models(paths: RunPaths, settings: Settings) -> dict[str, Any]:
+    """Run ``dbt build`` (models, data tests, unit tests, exports) for one run.
+
+    Reads ``<run_dir>/snapshot/*.parquet``; writes ``paths.warehouse`` (DuckDB) and the Parquet
+    exports under ``paths.exports_dir``, whose columns and dtypes are then checked against
+    ``recs.contracts.EXPORT_SCHEMAS`` (``eligible_users/`` and ``follow_exclusions/`` are
+    hive-partitioned by ``shard_id`` of ``user_id``; the others are single files). The previous
+    attempt's warehouse, exports and dbt folders are removed first, so a rerun overwrites.
+
+    Returns ``{"warehouse", "exports_dir", "rows": {export: row count}, "tests_passed",
+    "tests_warned", "models_built", "seconds"}`` (paths as strings, seconds wall time).
+
+    Raises ``RunNotFoundError`` if the snapshot is missing, ``ModelsBuildError`` naming the failed
+    dbt nodes if the build fails, ``SchemaMismatchError`` if an export breaks its contract.
+    """
+    from dbt.cli.main import dbtRunner
+
+    started = time.perf_counter()
+    _check_snapshot(paths)
+    _remove_previous_build(paths)
+    # DuckDB's COPY creates the partition folders but not their parent.
+    paths.exports_dir.mkdir(parents=True, exist_ok=True)
+
+    log.info(
+        "dbt build for run %s (snapshot %s, %d shards) into %s",
+        paths.run_id, paths.snapshot_date, settings.shard_count, paths.warehouse,
+    )  # fmt: skip
+    runner = dbtRunner(callbacks=[_log_node_result])
+    try:
+        outcome = runner.invoke(dbt_args("build", paths, settings, "--quiet"))
+    finally:
+        release_duckdb()
+    results = list(getattr(outcome.result, "results", None) or [])
+    if not outcome.success:
+        raise ModelsBuildError(_failure_message(outcome, results, paths))
+
+    rows = _check_exports(paths)
+    statuses = [(str(result.node.resource_type), str(result.status)) for result in results]
+    tests = [status for kind, status in statuses if kind in {"test", "unit_test"}]
+    summary = {
+        "warehouse": str(paths.warehouse),
+        "exports_dir": str(paths.exports_dir),
+        "rows": rows,
+        "tests_passed": tests.count("pass"),
+        "tests_warned": tests.count("warn"),
+        "models_built": statuses.count(("model", "success")),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    log.info(
+        "dbt build done in %.1f s: %d models, %d tests passed (%d warned); export rows %s",
+        summary["seconds"], summary["models_built"], summary["tests_passed"],
+        summary["tests_warned"], rows,
+    )  # fmt: skip
+    return summary
+
+
+def release_duckdb() -> None:
+    """Close the DuckDB database dbt-duckdb keeps open in this process after dbt returns.
+
+    dbt-duckdb caches its DuckDB instance in a class attribute across invocations, so without
+    this the run's warehouse stays open read-write after ``build_models`` returns: another
+    reader in this process fails ("different configuration"), and a rerun would write into the
+    file deleted by ``_remove_previous_build``. Call after every in-process dbt invocation.
+    """
+    from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+
+    with DuckDBConnectionManager._LOCK:
+        environment = DuckDBConnectionManager._ENV
+        if environment is not None:
+            environment.close()
+        DuckDBConnectionManager.close_all_connections()
+
+
+def _check_snapshot(paths: RunPaths) -> None:
+    missing = [name for name in SNAPSHOT_FILES if not (paths.snapshot_dir / name).is_file()]
+    if not (paths.snapshot_dir / "follow_edges").is_dir():
+        missing.append("follow_edges/")
+    if missing:
+        raise RunNotFoundError(
+            f"snapshot of run {paths.run_id} ({paths.snapshot_date}) is incomplete or missing at "
+            f"{paths.snapshot_dir}: no {', '.join(missing)}; run freeze_snapshot first"
+        )
+
+
+def _remove_previous_build(paths: RunPaths) -> None:
+    """Delete what an earlier attempt of this stage wrote (warehouse, its WAL, exports, dbt/)."""
+    for stale in (paths.warehouse, paths.warehouse.with_name(paths.warehouse.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    for folder in (paths.exports_dir, paths.run_dir / "dbt"):
+        if folder.exists():
+            shutil.rmtree(folder)
+
+
+def _log_node_result(event) -> None:
+    """dbt event callback: a log line per finished model (and per failed or warned test)."""
+    if event.info.name != "NodeFinished":
+        return
+    node = event.data.node_info
+    status = event.data.run_result.status or node.node_status
+    if node.resource_type not in {"model", "test", "unit_test"}:
+        return
+    if status in {"success", "pass"}:
+        level = logging.INFO if node.resource_type == "model" else logging.DEBUG
+    else:
+        level = logging.WARNING
+    seconds = event.data.run_result.execution_time
+    log.log(level, "dbt %s %s (%.2f s)", status, node.unique_id, seconds)
+
+
+def _failure_message(outcome, results: list, paths: RunPaths) -> str:
+    """One line naming the failed nodes (or dbt's own error) and where the full log is."""
+    log_file = paths.run_dir / "dbt" / "logs" / "dbt.log"
+    failed = [
+        f"{result.node.unique_id} ({result.status})"
+        for result in results
+        if str(result.status) in _FAILED_STATUSES
+    ]
+    if failed:
+        skipped = sum(1 for result in results if str(result.status) == "skipped")
+        detail = f"{len(failed)} failed: {', '.join(failed)}; {skipped} skipped"
+    elif outcome.exception is not None:
+        detail = " ".join(str(outcome.exception).split())
+    else:
+        detail = "no node results"
+    return f"dbt build of run {paths.run_id} failed: {detail} (log: {log_file})"
+
+
+def _check_exports(paths: RunPaths) -> dict[str, int]:
+    """Row count of every export; each Parquet file is checked against its contract."""
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    rows: dict[str, int] = {}
+    for name, schema in EXPORT_SCHEMAS.items():
+        if name in PARTITIONED_EXPORTS:
+            folder = paths.exports_dir / name
+            if not folder.is_dir():
+                raise ModelsBuildError(f"dbt build did not write the export {folder}")
+            files = sorted(folder.glob("shard_id=*/*.parquet"))
+        else:
+            files = [paths.exports_dir / f"{name}.parquet"]
+            if not files[0].is_file():
+                raise ModelsBuildError(f"dbt build did not write the export {files[0]}")
+        for file in files:
+            check_schema(pl.read_parquet_schema(file), schema, f"export {name} ({file})")
+        rows[name] = sum(pq.read_metadata(file).num_rows for file in files)
+    return rows

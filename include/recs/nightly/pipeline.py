@@ -1,0 +1,128 @@
+"""The nightly run as plain functions: each Airflow task and each CLI command calls one of these.
+
+Stage order (ARCHITECTURE §2): ``freeze_snapshot`` → ``build_models`` → ``build_graph`` →
+``plan_shards`` → ``traverse_shard`` × S → ``validate_run`` → ``publish_run``.
+
+Every stage takes a ``RunPaths`` (run-scoped folders; never "latest", never the wall clock),
+writes only under it (``publish_run`` also under ``published/``), overwrites its own outputs on
+rerun, and returns a small JSON-able dict (paths, counts, seconds) fit for XCom.
+
+The settings a run uses are frozen into its snapshot manifest by ``freeze_snapshot``; later
+stages read them back with ``run_settings`` so a retry, a single-shard rerun from the CLI or a
+backfill computes with exactly the caps, weights and shard count the run started with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from recs.config import Settings, get_settings
+from recs.files import read_json
+from recs.nightly.runs import RunPaths, check_shard
+
+
+def run_settings(paths: RunPaths) -> Settings:
+    """The settings frozen into the run's snapshot manifest (raises ``RunNotFoundError``)."""
+    manifest = read_json(paths.snapshot_manifest)
+    return Settings.model_validate(manifest["settings"])
+
+
+def freeze_snapshot(paths: RunPaths, settings: Settings | None = None) -> dict[str, Any]:
+    """Copy the live store into ``paths.snapshot_dir`` (consistent, non-blocking read)."""
+    from recs.nightly.snapshot import freeze_snapshot as _freeze
+
+    return _freeze(paths, settings or get_settings())
+
+
+def build_models(paths: RunPaths) -> dict[str, Any]:
+    """``dbt build`` over the snapshot into the run's DuckDB file and Parquet exports."""
+    from recs.nightly.models import build_models as _build
+
+    return _build(paths, run_settings(paths))
+
+
+def build_graph(paths: RunPaths) -> dict[str, Any]:
+    """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
+    from recs.graph import build_graph as _build
+
+    return _build(paths, run_settings(paths))
+
+
+def plan_shards(paths: RunPaths) -> list[int]:
+    """The shard ids of this run: ``0 .. shard_count-1`` as frozen in the snapshot."""
+    return list(range(run_settings(paths).shard_count))
+
+
+def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
+    """Capped two-hop traversal, pruning, scoring and top-k for one shard's eligible users."""
+    from recs.traversal import traverse_shard as _traverse
+
+    settings = run_settings(paths)
+    check_shard(shard_id, settings.shard_count)
+    return _traverse(paths, settings, shard_id)
+
+
+def validate_run(paths: RunPaths) -> dict[str, Any]:
+    """The Great Expectations gate; raises ``ValidationFailedError`` if any check fails."""
+    from recs.nightly.validation import validate_run as _validate
+
+    return _validate(paths, run_settings(paths))
+
+
+def publish_run(paths: RunPaths) -> dict[str, Any]:
+    """Write ``published/<run_id>/`` and atomically point ``CURRENT`` at it."""
+    from recs.nightly.publish import publish_run as _publish
+
+    return _publish(paths, run_settings(paths))
+
+
+def run_all(
+    home: Path,
+    snapshot_date: str | dt.date,
+    run_id: str | None = None,
+    settings: Settings | None = None,
+    progress=None,
+) -> dict[str, Any]:
+    """Run every stage in order in this process (the DAG without Airflow), timing each.
+
+    ``progress``, if given, is called as ``progress(stage_name)`` before each stage.
+    Returns ``{"run_id", "snapshot_date", "stages": {name: {"seconds", "result"}}, "seconds"}``.
+    Raises whatever the failing stage raises; nothing is published unless validation passed.
+    """
+    paths = RunPaths.create(home, snapshot_date, run_id)
+    stages: dict[str, Any] = {}
+    started = time.perf_counter()
+
+    def timed(name: str, func, *args):
+        if progress is not None:
+            progress(name)
+        t0 = time.perf_counter()
+        result = func(*args)
+        stages[name] = {"seconds": round(time.perf_counter() - t0, 3), "result": result}
+        return result
+
+    timed("freeze_snapshot", freeze_snapshot, paths, settings)
+    timed("build_models", build_models, paths)
+    timed("build_graph", build_graph, paths)
+    shard_ids = timed("plan_shards", plan_shards, paths)
+    shard_results = []
+    t0 = time.perf_counter()
+    for shard_id in shard_ids:
+        if progress is not None:
+            progress(f"traverse_shard {shard_id:03d}")
+        shard_results.append(traverse_shard(paths, shard_id))
+    stages["traverse_shard"] = {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "result": {"shards": len(shard_results)},
+    }
+    timed("validate_run", validate_run, paths)
+    timed("publish_run", publish_run, paths)
+    return {
+        "run_id": paths.run_id,
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "stages": stages,
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -1,0 +1,60 @@
+"""Run summaries assembled from the manifests each stage writes (no recomputation)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from recs.files import read_json
+from recs.nightly.runs import RunPaths
+
+
+def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = None) -> dict:
+    """Totals and per-shard figures of one run.
+
+    Returns ``{"run_id", "snapshot_date", "totals": {...}, "shards": [shard manifest, ...],
+    "validation": {...} | None}``. Totals: snapshot row counts, eligible users, users with
+    recommendations, rows, traversals (second-hop expansions counted) and the summed shard
+    seconds. Raises ``RunNotFoundError`` if the run has no snapshot.
+    """
+    paths = RunPaths.find(home, snapshot_date, run_id)
+    snapshot = read_json(paths.snapshot_manifest)
+    shards: list[dict[str, Any]] = []
+    for manifest in sorted(paths.shards_dir.glob("shard_id=*/manifest.json")):
+        shards.append(read_json(manifest))
+    validation_file = paths.validation_dir / "summary.json"
+    validation = read_json(validation_file) if validation_file.exists() else None
+    counts = snapshot.get("row_counts", snapshot.get("counts", {}))
+    totals: dict[str, Any] = {
+        f"snapshot {name}": value for name, value in counts.items() if isinstance(value, int)
+    }
+    shard_seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
+    traversals = sum(int(s.get("traversals", 0)) for s in shards)
+    totals.update(
+        {
+            "shards done": f"{len(shards)} of {snapshot.get('shard_count', '?')}",
+            "eligible users": sum(int(s.get("users_in", 0)) for s in shards),
+            "users with recommendations": sum(
+                int(s.get("users_with_recommendations", 0)) for s in shards
+            ),
+            "recommendation rows": sum(int(s.get("rows", 0)) for s in shards),
+            "traversals": traversals,
+            "shard seconds (sum)": round(shard_seconds, 3),
+            "traversals per second": int(traversals / shard_seconds) if shard_seconds else 0,
+            "validation": (
+                "passed"
+                if validation and validation.get("success")
+                else "failed"
+                if validation
+                else "not run"
+            ),
+        }
+    )
+    return {
+        "run_id": paths.run_id,
+        "snapshot_date": paths.snapshot_date.isoformat(),
+        "totals": totals,
+        "shards": shards,
+        "validation": validation,
+    }

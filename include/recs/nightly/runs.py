@@ -1,0 +1,193 @@
+"""Run-scoped paths: everything a run writes lives under ``runs/<snapshot_date>/<run_id>/``.
+
+Light module (standard library only), importable from DAG files. Nothing here reads the wall
+clock: a run is identified by its snapshot date (the DAG run's logical date) and its run id.
+
+Layout of one run (``RunPaths``)::
+
+    runs/<snapshot_date>/<run_id>/
+        snapshot/                       freeze_snapshot: Parquet copy of the live store
+            users.parquet  blocks.parquet  mutes.parquet  dismissed_candidates.parquet
+            user_interests.parquet
+            follow_edges/shard_id=NNN/part-0.parquet   (by shard of follower_id)
+            manifest.json
+        warehouse.duckdb                build_models: the run's one DuckDB file (one writer)
+        exports/                        build_models: Parquet exports read by the traversal
+            eligible_users/shard_id=N/*.parquet
+            follow_exclusions/shard_id=N/*.parquet
+            candidate_profiles.parquet  popularity_index.parquet  hub_accounts.parquet
+        graph/                          build_graph: capped CSR, memory-mapped read-only
+        shards/shard_id=NNN/recommendations.parquet + manifest.json
+        validation/                     validate_run: GX results
+
+Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
+letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
+Airflow's ``:`` ``+`` ``~`` to ``_`` first (``run_id_from_airflow``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from recs.errors import (
+    InvalidDateError,
+    InvalidRunIdError,
+    RunNotFoundError,
+    ShardOutOfRangeError,
+)
+
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""What a run id may be (``fullmatch``), and it must not contain ``..``: one path segment,
+never hidden, never a parent reference, short enough for every filesystem."""
+RUN_ID_RULE = (
+    "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+    "without '..'"
+)
+_AIRFLOW_SEPARATORS = re.compile(r"[~:+]+")  # in Airflow's allowed_run_id_pattern, not in ours
+
+
+def parse_snapshot_date(value: str | dt.date) -> dt.date:
+    """``YYYY-MM-DD`` (or a date / datetime) to a date. Raises ``InvalidDateError``."""
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise InvalidDateError(
+            f"invalid snapshot date {value!r}: expected YYYY-MM-DD, e.g. 2026-11-01"
+        ) from None
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` itself if it matches ``RUN_ID_PATTERN`` and holds no ``..``; otherwise
+    ``InvalidRunIdError`` naming the rule. Never rewrites: ``../../x`` is refused, not turned
+    into ``x``, and ``""`` is refused, not taken as "the default"."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
+        raise InvalidRunIdError(f"invalid run id {run_id!r}: {RUN_ID_RULE}")
+    return run_id
+
+
+def run_id_from_airflow(dag_run_id: str) -> str:
+    """The run id of an Airflow DAG run: its ``~``, ``:`` and ``+`` (allowed by Airflow's
+    ``[scheduler] allowed_run_id_pattern``, not by ours) become ``_``, so
+    ``scheduled__2026-11-01T01:00:00+00:00`` runs in ``scheduled__2026-11-01T01_00_00_00_00``;
+    the result must then pass ``check_run_id``. Raises ``InvalidRunIdError`` quoting the
+    Airflow id (e.g. a manual run triggered as ``..`` or with a 70-character id)."""
+    mapped = _AIRFLOW_SEPARATORS.sub("_", str(dag_run_id))
+    if not RUN_ID_PATTERN.fullmatch(mapped) or ".." in mapped:
+        raise InvalidRunIdError(f"invalid run id {dag_run_id!r}: {RUN_ID_RULE}")
+    return mapped
+
+
+def default_run_id(snapshot_date: dt.date) -> str:
+    """The run id the CLI uses when none is given: ``cli__<snapshot_date>``."""
+    return f"cli__{snapshot_date.isoformat()}"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The run-scoped folders and files of one run.
+
+    ``as_of`` is the run's reference instant: midnight UTC at the start of the day after the
+    snapshot date (the end of the run's data interval). Activity decay and the 30-day
+    eligibility window are measured from it, never from the wall clock.
+    """
+
+    home: Path
+    snapshot_date: dt.date
+    run_id: str
+
+    @classmethod
+    def create(cls, home: Path, snapshot_date: str | dt.date, run_id: str | None) -> RunPaths:
+        """The paths of a run; ``run_id`` None means ``default_run_id``. Raises
+        ``InvalidDateError`` or ``InvalidRunIdError`` (``check_run_id``)."""
+        day = parse_snapshot_date(snapshot_date)
+        return cls(Path(home), day, default_run_id(day) if run_id is None else check_run_id(run_id))
+
+    @classmethod
+    def find(cls, home: Path, snapshot_date: str | dt.date, run_id: str | None = None) -> RunPaths:
+        """An existing run of that date: the given run id, or the only/newest one there.
+
+        Raises ``RunNotFoundError`` if no snapshot exists for it, ``InvalidRunIdError`` for a
+        run id outside ``RUN_ID_PATTERN``.
+        """
+        day = parse_snapshot_date(snapshot_date)
+        date_dir = Path(home) / "runs" / day.isoformat()
+        if run_id is not None:
+            paths = cls(Path(home), day, check_run_id(run_id))
+        else:
+            candidates = sorted(
+                (p for p in date_dir.glob("*/snapshot/manifest.json")),
+                key=lambda p: p.stat().st_mtime,
+            )
+            if not candidates:
+                raise RunNotFoundError(
+                    f"no snapshot for {day.isoformat()} under {date_dir}: run the DAG or "
+                    f"`recs run --snapshot-date {day.isoformat()}` first"
+                )
+            paths = cls(Path(home), day, candidates[-1].parent.parent.name)
+        if not paths.snapshot_manifest.exists():
+            raise RunNotFoundError(
+                f"no snapshot for run {paths.run_id} of {day.isoformat()} ({paths.snapshot_dir})"
+            )
+        return paths
+
+    @property
+    def as_of(self) -> dt.datetime:
+        day_after = self.snapshot_date + dt.timedelta(days=1)
+        return dt.datetime(day_after.year, day_after.month, day_after.day, tzinfo=dt.UTC)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "runs" / self.snapshot_date.isoformat() / self.run_id
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.run_dir / "snapshot"
+
+    @property
+    def snapshot_manifest(self) -> Path:
+        return self.snapshot_dir / "manifest.json"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.run_dir / "warehouse.duckdb"
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.run_dir / "exports"
+
+    @property
+    def graph_dir(self) -> Path:
+        return self.run_dir / "graph"
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.run_dir / "shards"
+
+    @property
+    def validation_dir(self) -> Path:
+        return self.run_dir / "validation"
+
+    def shard_dir(self, shard_id: int) -> Path:
+        return self.shards_dir / f"shard_id={shard_id:03d}"
+
+    def shard_output(self, shard_id: int) -> Path:
+        return self.shard_dir(shard_id) / "recommendations.parquet"
+
+    def shard_manifest(self, shard_id: int) -> Path:
+        return self.shard_dir(shard_id) / "manifest.json"
+
+
+def check_shard(shard_id: int, shard_count: int) -> int:
+    """Return ``shard_id`` if it is in ``0 .. shard_count-1``; else ``ShardOutOfRangeError``."""
+    if not 0 <= shard_id < shard_count:
+        raise ShardOutOfRangeError(
+            f"shard {shard_id} is out of range: this run has shards 0..{shard_count - 1}"
+        )
+    return shard_id

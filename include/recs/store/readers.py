@@ -1,0 +1,399 @@
+"""Consistent reads of the whole live store: every table in **one read transaction**.
+
+``open_reader(url)`` yields a ``LiveStoreReader``; its reads all see the store at one instant
+while writers keep committing, and none of them waits for a writer or makes one wait:
+
+- SQLite (WAL mode): the ADBC SQLite driver, ``BEGIN`` then the ``SELECT``s on a
+  ``query_only`` connection; a WAL reader sees the database as of its first read
+  (sqlite.org/wal.html §2.2). Text timestamps are parsed by Arrow's ISO-8601 cast.
+- PostgreSQL: the ADBC PostgreSQL driver in one ``REPEATABLE READ, READ ONLY`` transaction;
+  the driver fetches each ``SELECT`` as ``COPY (...) TO STDOUT (FORMAT binary)`` into Arrow.
+- Any other SQLAlchemy URL: ``polars.read_database`` on one SQLAlchemy transaction.
+
+Frames have the columns and dtypes of ``recs.contracts.SNAPSHOT_SCHEMAS``. The nightly
+snapshot (``recs.nightly.snapshot``) is the reader. Why ADBC, and why this process must not
+hold the same SQLite file open through ``sqlite3`` meanwhile: ``recs/store/README.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol, Self
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from recs.contracts import SNAPSHOT_SCHEMAS, TS, arrow_schema
+from recs.errors import LiveStoreError
+from recs.store import schema
+from recs.store.connections import (
+    apply_sqlite_pragmas,
+    display_url,
+    engine_for,
+    is_postgres,
+    libpq_url,
+    one_line,
+    sqlite_file,
+)
+
+log = logging.getLogger("recs.store.readers")
+
+READ_BATCH_ROWS = 1 << 17
+"""Rows per Arrow batch of the ADBC SQLite reader (its default, 1024, costs ~10 % in calls)."""
+
+
+READ_CHUNK_ROWS = 1 << 20
+"""Rows per frame that ``iter_table`` yields: follow edges are partitioned chunk by chunk."""
+
+
+class LiveStoreReader(Protocol):
+    """One open, consistent read of the live store (one transaction for every table)."""
+
+    backend: str
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        """Every row of store table ``name`` in frames of about ``READ_CHUNK_ROWS`` rows, with
+        the columns/dtypes of SNAPSHOT_SCHEMAS; at least one (possibly empty) frame. Consume
+        it fully before the next read."""
+        ...
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        """Every row of store table ``name`` as one frame (``iter_table`` concatenated)."""
+        ...
+
+
+@contextmanager
+def open_reader(url: str) -> Iterator[LiveStoreReader]:
+    """A ``LiveStoreReader`` whose reads all see one snapshot; the transaction ends on exit.
+
+    Raises ``LiveStoreError`` if a SQLite store file does not exist or lacks a table.
+    """
+    path = sqlite_file(url)
+    if path is not None:
+        reader: Any = _AdbcSqliteReader(path)
+    elif is_postgres(url):
+        reader = _AdbcPostgresReader(url)
+    else:
+        reader = _SqlAlchemyReader(url)
+    with reader:
+        yield reader
+
+
+def _missing_tables_message(where: str, missing: list[str]) -> str:
+    return (
+        f"the live store {where} has no table {', '.join(missing)}: load data first "
+        "(`recs load-dataset slashdot` or `recs generate-graph`)"
+    )
+
+
+class _Reader:
+    """What every ``LiveStoreReader`` shares: opening, the table check, ``read_table``, exit."""
+
+    def __enter__(self) -> Self:
+        """Open the connection and its read transaction; ``LiveStoreError`` (closed) if the
+        store lacks a snapshot table."""
+        try:
+            present = self._begin()
+        except BaseException:
+            self._close()
+            raise
+        self._require_tables(present, self._where())
+        return self
+
+    def _begin(self) -> set[str]:  # pragma: no cover - abstract
+        """Connect, begin the read transaction; return the names of the store's tables."""
+        raise NotImplementedError
+
+    def _where(self) -> str:  # pragma: no cover - abstract
+        """The store as messages name it (password masked)."""
+        raise NotImplementedError
+
+    def _require_tables(self, present: set[str], where: str) -> None:
+        """Close and raise ``LiveStoreError`` unless every snapshot table is ``present``."""
+        missing = [name for name in SNAPSHOT_SCHEMAS if name not in present]
+        if missing:
+            self._close()
+            raise LiveStoreError(_missing_tables_message(where, missing))
+
+    def read_table(self, name: str) -> pl.DataFrame:
+        return _concat(self.iter_table(name))
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _AdbcReader(_Reader):
+    """An ADBC connection and cursor holding one read transaction; rolled back on close."""
+
+    _connection: Any = None
+    _cursor: Any = None
+
+    def _close(self) -> None:
+        try:
+            if self._cursor is not None:
+                self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
+        except Exception:  # noqa: BLE001 - no transaction open, or the connection is gone
+            pass
+        finally:
+            if self._cursor is not None:
+                self._cursor.close()
+            if self._connection is not None:
+                self._connection.close()
+            self._cursor = self._connection = None
+
+    def _frames(
+        self, name: str, convert: Callable[[list[pa.RecordBatch]], pl.DataFrame]
+    ) -> Iterator[pl.DataFrame]:
+        """The record batches of the query just executed, ``convert``ed in groups of about
+        ``READ_CHUNK_ROWS`` rows; at least one (possibly empty) frame."""
+        rows = 0
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in self._cursor.fetch_record_batch():
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= READ_CHUNK_ROWS:
+                rows += pending_rows
+                log.info("read %s: %d rows", name, rows)
+                yield convert(pending)
+                pending, pending_rows = [], 0
+        if pending or not rows:
+            rows += pending_rows
+            log.info("read %s: %d rows", name, rows)
+            yield convert(pending)
+
+
+class _AdbcSqliteReader(_AdbcReader):
+    """SQLite via ADBC: ``BEGIN`` + ``SELECT``s on a ``query_only`` connection (WAL reader)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _where(self) -> str:
+        return self.path
+
+    def _begin(self) -> set[str]:
+        if not Path(self.path).is_file():
+            raise LiveStoreError(
+                f"no live store at {self.path}: load data first "
+                "(`recs load-dataset slashdot` or `recs generate-graph`)"
+            )
+        import adbc_driver_sqlite.dbapi as adbc
+
+        self._connection = adbc.connect(self.path, autocommit=True)
+        cursor = self._cursor = self._connection.cursor()
+        apply_sqlite_pragmas(cursor, "snapshot")
+        mode = self._scalar("PRAGMA journal_mode")
+        if str(mode).lower() != "wal":
+            raise LiveStoreError(
+                f"the live store {self.path} is in {mode} journal mode, not WAL: a snapshot "
+                "would block writers (open it once through recs.store.connections.engine_for)"
+            )
+        cursor.execute("PRAGMA query_only=ON")
+        cursor.execute("BEGIN")
+        # The first read fixes the WAL snapshot that every later SELECT sees.
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in cursor.fetchall()}
+
+    def _scalar(self, sql: str) -> Any:
+        self._cursor.execute(sql)
+        return self._cursor.fetchall()[0][0]
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        contract = SNAPSHOT_SCHEMAS[name]
+        nullable = {
+            column.name for column in schema.metadata.tables[name].columns if column.nullable
+        }
+        # The driver infers each column's type from its first batch; a batch of only NULLs
+        # would be typed int64 and the next text batch would fail, so NULLs are read as ''.
+        columns = ", ".join(
+            f"coalesce({column}, '') AS {column}" if column in nullable else column
+            for column in contract
+        )
+        self._cursor.adbc_statement.set_options(
+            **{"adbc.sqlite.query.batch_rows": str(READ_BATCH_ROWS)}
+        )
+        self._cursor.execute(f"SELECT {columns} FROM {name}")  # noqa: S608 - fixed names
+        yield from self._frames(
+            name,
+            lambda batches: _conform(
+                pa.Table.from_batches(batches) if batches else None, contract, nullable
+            ),
+        )
+
+
+class _AdbcPostgresReader(_AdbcReader):
+    """PostgreSQL via ADBC: one ``REPEATABLE READ, READ ONLY`` transaction, each table read by
+    the driver as ``COPY (SELECT ...) TO STDOUT (FORMAT binary)`` straight into Arrow batches.
+
+    A repeatable-read transaction reads one MVCC snapshot for all its statements and takes only
+    ``ACCESS SHARE`` locks, which conflict with no writer (only with DDL such as ``DROP`` or
+    ``TRUNCATE``): follows keep committing while the snapshot reads. The snapshot holds back
+    ``VACUUM``'s horizon for as long as it runs (a few seconds per million edges).
+    """
+
+    backend = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _where(self) -> str:
+        return display_url(self.url)
+
+    def _begin(self) -> set[str]:
+        import adbc_driver_postgresql.dbapi as adbc
+
+        try:
+            self._connection = adbc.connect(libpq_url(self.url), autocommit=True)
+        except Exception as error:  # noqa: BLE001 - one readable line for any connect failure
+            message = one_line(error, self.url)
+            raise LiveStoreError(
+                f"cannot connect to the live store {display_url(self.url)}: {message}"
+            ) from None
+        cursor = self._cursor = self._connection.cursor()
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        # The first statement fixes the snapshot every later COPY reads.
+        cursor.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema()"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        contract = SNAPSHOT_SCHEMAS[name]
+        target = arrow_schema(contract)
+        self._cursor.execute(f"SELECT {', '.join(contract)} FROM {name}")  # noqa: S608
+
+        def frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
+            # The driver types bigint/timestamp/varchar/boolean as the contract's Arrow types;
+            # the cast drops its per-field metadata and fails loudly on any drift.
+            table = pa.Table.from_batches(batches).cast(target) if batches else target.empty_table()
+            result = pl.from_arrow(table)
+            assert isinstance(result, pl.DataFrame)
+            return result
+
+        yield from self._frames(name, frame)
+
+
+class _SqlAlchemyReader(_Reader):
+    """Any SQLAlchemy URL: one transaction (PostgreSQL: REPEATABLE READ, READ ONLY)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: Any = None
+        self._connection: Any = None
+        self.backend = "unknown"
+
+    def _where(self) -> str:
+        return display_url(self.url)
+
+    def _begin(self) -> set[str]:
+        from sqlalchemy import inspect
+
+        self._engine = engine_for(self.url)
+        self.backend = self._engine.dialect.name
+        connection = self._engine.connect()
+        if self.backend == "postgresql":
+            connection = connection.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+        self._connection = connection
+        connection.begin()
+        if self.backend == "sqlite":  # pysqlite only BEGINs before DML: do it explicitly
+            connection.exec_driver_sql("BEGIN")
+        return set(inspect(connection).get_table_names())
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        from sqlalchemy import select
+
+        table = schema.metadata.tables[name]
+        contract = SNAPSHOT_SCHEMAS[name]
+        query = select(*(table.c[column] for column in contract))
+        frames = pl.read_database(
+            query,
+            connection=self._connection,
+            iter_batches=True,
+            batch_size=READ_CHUNK_ROWS,
+            schema_overrides=contract,
+        )
+        rows = 0
+        for frame in frames:
+            rows += frame.height
+            log.info("read %s: %d rows", name, rows)
+            yield frame.select(pl.col(column).cast(dtype) for column, dtype in contract.items())
+        if not rows:
+            yield pl.DataFrame(schema=contract)
+
+    def _close(self) -> None:
+        try:
+            if self._connection is not None:
+                self._connection.rollback()
+                self._connection.close()
+        finally:
+            if self._engine is not None:
+                self._engine.dispose()
+            self._connection = self._engine = None
+
+
+def _concat(frames: Iterator[pl.DataFrame]) -> pl.DataFrame:
+    parts = list(frames)
+    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+def _conform(
+    table: pa.Table | None, contract: dict[str, pl.DataType], nullable: set[str]
+) -> pl.DataFrame:
+    """An ADBC SQLite batch to the contract: parse text timestamps, 0/1 to Boolean, ''->NULL."""
+    if table is None or table.num_rows == 0:
+        return pl.DataFrame(schema=contract)
+    arrays = {}
+    for column, dtype in contract.items():
+        array = table.column(column)
+        if column in nullable and pa.types.is_string(array.type):
+            array = pc.if_else(pc.equal(array, ""), pa.scalar(None, array.type), array)
+        if dtype == TS:
+            array = _parse_timestamps(array)
+        arrays[column] = array
+    frame = pl.from_arrow(pa.table(arrays))
+    assert isinstance(frame, pl.DataFrame)
+    try:
+        return frame.cast(dict(contract))
+    except pl.exceptions.PolarsError as error:
+        raise LiveStoreError(
+            f"the live store holds a value outside its contract: {error}"
+        ) from None
+
+
+_UTC_SUFFIX = r"(Z|[+-]00:?00)$"
+
+
+def _parse_timestamps(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Naive UTC microseconds from SQLite's text ``YYYY-MM-DD HH:MM:SS[.ffffff]``.
+
+    Arrow's ISO-8601 cast (also accepts a ``T`` separator; 16x faster than Polars' parser,
+    ``bench/README.md``). A ``Z`` / ``+00:00``
+    suffix (clients other than SQLAlchemy) is stripped on a second try; any other offset or
+    text is a ``LiveStoreError``.
+    """
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        return pc.cast(text, pa.timestamp("us"))  # all NULL: typed int64 by the driver
+    try:
+        return pc.cast(text, pa.timestamp("us"))
+    except pa.ArrowInvalid:
+        pass
+    try:
+        return pc.cast(pc.replace_substring_regex(text, _UTC_SUFFIX, ""), pa.timestamp("us"))
+    except pa.ArrowInvalid as error:
+        raise LiveStoreError(f"the live store holds a timestamp that is not UTC: {error}") from None

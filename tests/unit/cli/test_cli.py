@@ -1,0 +1,219 @@
+"""recs.cli: bad arguments exit non-zero with one line ``recs: error: ...``, before any work.
+
+Each case comes from the adversarial review: ``recs run --run-id ../../x`` (was rewritten to
+``x`` and published), ``--run-id ""`` (fell back to the default id), ``recs recommend -1``
+("No such option: -1"), ``recs token --ttl`` unbounded, ``recs generate-graph`` checking the
+store only after generating.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import insert
+
+from recs import cli
+from recs.config import get_settings
+from recs.store import schema
+from recs.store.connections import engine_for
+
+SECRET = "test-secret-0123456789-abcdefghijklmnop"
+RUN_ID_RULE = (
+    "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+    "without '..'"
+)
+USER_ID_RULE = (
+    "expected a non-negative integer below 2**63 in plain decimal (no sign, spaces or "
+    "leading zeros)"
+)
+
+
+@pytest.fixture
+def recs(tmp_path, monkeypatch, capsys):
+    """``recs(*args) -> (exit code, stdout, stderr lines)`` with RECS_HOME in tmp_path."""
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RECS_API_JWT_SECRET", SECRET)
+    monkeypatch.delenv("RECS_STORE_URL", raising=False)
+    (tmp_path / "home").mkdir()
+    get_settings.cache_clear()
+
+    def run(*args: str):
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err.splitlines()
+
+    yield run
+    get_settings.cache_clear()
+
+
+def _one_error(lines: list[str]) -> str:
+    errors = [line for line in lines if line.startswith("recs: error: ")]
+    assert len(errors) == 1 and "Traceback" not in "\n".join(lines), lines
+    return errors[0]
+
+
+# --- run ids ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "run_id", ["../../x", "", "a/b", ".hidden", "a..b", "-x", "x" * 65, "a b", "scheduled:1"]
+)
+def test_run_rejects_a_bad_run_id_before_doing_anything(recs, tmp_path, run_id):
+    """Exit 2, one line naming the rule; no stage started (no progress line), no run folder."""
+    code, _out, err = recs("run", "--snapshot-date", "2026-11-01", "--run-id", run_id)
+    assert code == 2
+    assert _one_error(err) == f"recs: error: invalid run id {run_id!r}: {RUN_ID_RULE}"
+    assert not any("freeze_snapshot" in line for line in err)
+    assert not (tmp_path / "home" / "runs").exists()
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("command", [["summary"], ["shard", "run", "--shard", "0"]])
+def test_other_commands_reject_a_bad_run_id_too(recs, command):
+    code, _out, err = recs(*command, "--snapshot-date", "2026-11-01", "--run-id", "../x")
+    assert code == 2
+    assert _one_error(err) == f"recs: error: invalid run id '../x': {RUN_ID_RULE}"
+
+
+# --- user ids --------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["recommend", "token"])
+@pytest.mark.parametrize("raw", ["-1", "abc", "01", "+1", "1e3", str(2**63)])
+def test_bad_user_ids_are_one_line(recs, command, raw):
+    code, out, err = recs(command, raw)
+    assert code == 2
+    assert out == ""
+    assert _one_error(err) == f"recs: error: invalid user id {raw!r}: {USER_ID_RULE}"
+
+
+def test_double_dash_still_works_and_gives_the_same_message(recs):
+    code, _out, err = recs("recommend", "--", "-1")
+    assert code == 2
+    assert _one_error(err) == f"recs: error: invalid user id '-1': {USER_ID_RULE}"
+
+
+def test_token_accepts_the_largest_id(recs):
+    import jwt
+
+    code, out, _err = recs("token", str(2**63 - 1))
+    assert code == 0
+    claims = jwt.decode(out.strip(), SECRET, algorithms=["HS256"], audience="recs-api")
+    assert claims["sub"] == str(2**63 - 1)
+
+
+# --- token lifetime --------------------------------------------------------------------------
+TTL_RULE = "expected 1 to 2,592,000 seconds (30 days)"
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "2592001", "999999999999"])
+def test_token_ttl_is_bounded(recs, ttl):
+    code, out, err = recs("token", "1", "--ttl", ttl)
+    assert code == 2
+    assert out == ""
+    assert _one_error(err) == f"recs: error: invalid --ttl {ttl}: {TTL_RULE}"
+
+
+def test_token_ttl_at_the_bounds(recs):
+    """1 s and 30 days are accepted: exp - iat equals the ttl."""
+    import jwt
+
+    for ttl in (1, 2_592_000):
+        code, out, _err = recs("token", "1", "--ttl", str(ttl))
+        assert code == 0
+        claims = jwt.decode(
+            out.strip(), SECRET, algorithms=["HS256"], audience="recs-api",
+            options={"verify_exp": False},
+        )  # fmt: skip
+        assert claims["exp"] - claims["iat"] == ttl
+
+
+def test_mint_token_refuses_an_unbounded_ttl():
+    from recs.serving.auth import mint_token
+
+    for ttl in (0, -1, 2_592_001):
+        with pytest.raises(ValueError, match="ttl_seconds"):
+            mint_token(SECRET, 1, ttl_seconds=ttl)
+
+
+def test_token_ttl_setting_is_bounded(monkeypatch):
+    from pydantic import ValidationError
+
+    from recs.config import Settings
+
+    with pytest.raises(ValidationError):
+        Settings(api_token_ttl_seconds=2_592_001)
+
+
+# --- the store must be empty before generating -----------------------------------------------
+def _store_with_one_user(home):
+    from recs.config import Settings
+
+    settings = Settings(home=home)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
+    import datetime as dt
+
+    with engine.begin() as connection:
+        connection.execute(
+            insert(schema.users),
+            [dict(user_id=1, created_at=dt.datetime(2026, 1, 1),
+                  last_active_at=dt.datetime(2026, 1, 1), account_status="active",
+                  is_discoverable=True)],
+        )  # fmt: skip
+    engine.dispose()
+
+
+def test_generate_graph_refuses_a_non_empty_store_before_generating(recs, tmp_path, monkeypatch):
+    """The store holds 1 user: one line naming it, and the generator is never called."""
+    from recs.demo import synthetic
+
+    _store_with_one_user(tmp_path / "home")
+
+    def must_not_run(*_args, **_kwargs):
+        raise AssertionError("generated a graph before checking the store")
+
+    monkeypatch.setattr(synthetic, "synthetic_follow_graph", must_not_run)
+    code, _out, err = recs("generate-graph", "--users", "1000000")
+    assert code == 2
+    line = _one_error(err)
+    assert line.startswith("recs: error: the live store ")
+    assert "is not empty (1 users): pass --replace" in line
+
+
+def test_load_dataset_refuses_a_non_empty_store_before_parsing(recs, tmp_path, monkeypatch):
+    from recs.demo import datasets
+
+    _store_with_one_user(tmp_path / "home")
+
+    def must_not_run(*_args, **_kwargs):
+        raise AssertionError("parsed the dataset before checking the store")
+
+    monkeypatch.setattr(datasets, "read_edges", must_not_run)
+    code, _out, err = recs("load-dataset", "slashdot")
+    assert code == 2
+    assert "is not empty (1 users): pass --replace" in _one_error(err)
+
+
+def test_generate_graph_on_a_missing_store_creates_nothing_before_generating(recs, tmp_path):
+    """The check only reads: on a fresh home, generate-graph runs as before (10 users)."""
+    code, _out, err = recs("generate-graph", "--users", "10", "--json")
+    assert code == 0, err
+    assert (tmp_path / "home" / "live.db").exists()
+
+
+# --- ingest into a store that did not exist ------------------------------------------------------
+def test_ingest_says_when_it_created_a_new_live_store(recs, tmp_path):
+    """RECS_HOME has no live.db (e.g. recs run from another folder, RECS_HOME relative): the
+    ingest works (user 1 is created: read 1 = applied 1) and stderr says a new store was
+    created at that path; a second ingest into the now existing store says nothing of it."""
+    events = tmp_path / "e.jsonl"
+    events.write_text(
+        '{"event_id": "u1", "event_type": "user_upsert", "event_time": "2026-11-01T00:00:00Z",'
+        ' "actor_id": 1}\n'
+    )
+    store_file = (tmp_path / "home" / "live.db").resolve()
+    code, out, err = recs("ingest", str(events), "--json")
+    assert code == 0
+    assert '"applied": 1' in out
+    assert f"note: there was no live store at {store_file}: a new one was created" in " ".join(
+        err
+    )
+    code, _, err = recs("ingest", str(events), "--json")
+    assert code == 0
+    assert not any("no live store" in line for line in err)

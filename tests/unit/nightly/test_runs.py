@@ -1,0 +1,62 @@
+"""recs.nightly.runs: run ids are checked, never rewritten (except Airflow's ``:`` ``+`` ``~``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from recs.errors import RecsError
+from recs.nightly.runs import RunPaths, check_run_id, run_id_from_airflow
+
+RULE = (
+    "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+    "without '..'"
+)
+
+
+@pytest.mark.parametrize("run_id", ["a", "cli__2026-11-01", "night_1", "v1.2-rc", "x" * 64, "0"])
+def test_valid_run_ids_are_returned_unchanged(run_id):
+    assert check_run_id(run_id) == run_id
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["", "../../x", "a/b", "a\\b", ".x", "_x", "-x", "a..b", "x" * 65, "a b", "a:b", "é", "a\n"],
+)
+def test_invalid_run_ids_raise_one_line_naming_the_rule(run_id):
+    with pytest.raises(RecsError) as raised:
+        check_run_id(run_id)
+    assert str(raised.value) == f"invalid run id {run_id!r}: {RULE}"
+    assert raised.value.exit_code == 2
+
+
+def test_run_paths_reject_rather_than_rewrite(tmp_path):
+    """``create`` used to turn ``../../x`` into ``x`` and ``""`` into the default id."""
+    for bad in ("../../x", ""):
+        with pytest.raises(RecsError, match="invalid run id"):
+            RunPaths.create(tmp_path, "2026-11-01", bad)
+        with pytest.raises(RecsError, match="invalid run id"):
+            RunPaths.find(tmp_path, "2026-11-01", bad)
+    assert RunPaths.create(tmp_path, "2026-11-01", None).run_id == "cli__2026-11-01"
+
+
+def test_airflow_run_ids_map_their_separators_and_are_then_checked():
+    """``scheduled__2026-11-01T01:00:00+00:00`` → ``:`` and ``+`` become ``_`` (the folder
+    name the DAG always used); anything else outside the rule fails."""
+    assert (
+        run_id_from_airflow("scheduled__2026-11-01T01:00:00+00:00")
+        == "scheduled__2026-11-01T01_00_00_00_00"
+    )
+    assert (
+        run_id_from_airflow("manual__2026-11-01T01:00:00.123456+00:00")
+        == "manual__2026-11-01T01_00_00.123456_00_00"
+    )
+    for bad in ("../../x", "..", "a" * 65, "", "_x"):
+        with pytest.raises(RecsError, match=r"invalid run id .*: run ids are"):
+            run_id_from_airflow(bad)
+
+
+def test_as_of_unchanged():
+    paths = RunPaths.create("h", "2026-11-01", "r")
+    assert paths.as_of == dt.datetime(2026, 11, 2, tzinfo=dt.UTC)

@@ -1,0 +1,416 @@
+"""recs.nightly.snapshot: consistent, lock-free, byte-stable Parquet copy of the live store.
+
+Tests taking ``settings`` run on both backends (``store_url`` in tests/conftest.py): a SQLite
+file and a database on a real PostgreSQL server. ``sqlite_settings`` tests cover the SQLite
+reader's own details (ADBC batch typing, text timestamps, WAL).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from contextlib import closing
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from recs.config import Settings
+from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
+from recs.errors import LiveStoreError
+from recs.files import read_json
+from recs.nightly import snapshot
+from recs.nightly.runs import RunPaths
+from recs.nightly.snapshot import freeze_snapshot
+from recs.sharding import shard_of
+from recs.store import readers, schema
+from recs.store.connections import engine_for
+from recs.store.readers import open_reader
+
+T0 = dt.datetime(2026, 10, 1, 12, 0, 0)
+SNAPSHOT_DATE = "2026-11-01"
+
+# A hand-built store: 6 users, 8 active follows + 1 pending, one of everything else.
+USERS = [
+    # user_id, created_at, last_active_at, status, discoverable, private
+    (1, T0, T0 + dt.timedelta(days=1, microseconds=250), "active", True, False),
+    (2, T0, None, "active", True, False),  # never active: NULL last_active_at
+    (3, T0, T0, "suspended", True, False),
+    (4, T0, T0, "active", False, True),
+    (5, T0, T0, "deactivated", True, False),
+    (6, T0 - dt.timedelta(days=400), T0, "active", True, False),
+]
+FOLLOWS = [(1, 2), (1, 3), (2, 3), (2, 4), (3, 1), (4, 5), (5, 6), (6, 1)]
+PENDING = [(1, 4)]
+
+
+def build_store(settings: Settings) -> None:
+    engine = engine_for(settings.live_store_url)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    schema.create_schema(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.users.insert(),
+            [
+                dict(
+                    user_id=u,
+                    created_at=c,
+                    last_active_at=a,
+                    account_status=s,
+                    is_discoverable=d,
+                    is_private=p,
+                )
+                for u, c, a, s, d, p in USERS
+            ],
+        )
+        connection.execute(
+            schema.follow_edges.insert(),
+            # Reverse key order: the snapshot itself must sort (rowid order is insert order).
+            [
+                dict(follower_id=a, followee_id=b, created_at=T0, status="active")
+                for a, b in reversed(FOLLOWS)
+            ]
+            + [
+                dict(follower_id=a, followee_id=b, created_at=T0, status="pending")
+                for a, b in PENDING
+            ],
+        )
+        connection.execute(
+            schema.blocks.insert(), [dict(blocker_id=4, blocked_id=1, created_at=T0)]
+        )
+        connection.execute(schema.mutes.insert(), [dict(muter_id=1, muted_id=6, created_at=T0)])
+        connection.execute(
+            schema.dismissed_candidates.insert(),
+            [dict(user_id=2, candidate_id=1, dismissed_at=T0)],
+        )
+        connection.execute(
+            schema.user_interests.insert(),
+            [
+                dict(user_id=1, tag="music"),
+                dict(user_id=1, tag="books"),
+                dict(user_id=2, tag="food"),
+            ],
+        )
+    engine.dispose()
+
+
+def backend_of(settings: Settings) -> str:
+    return "sqlite" if settings.live_store_url.startswith("sqlite") else "postgresql"
+
+
+@pytest.fixture
+def settings(store_url: str, tmp_path: Path) -> Settings:
+    """The hand-built store on SQLite (``<home>/live.db``) or on PostgreSQL."""
+    url = None if store_url.startswith("sqlite") else store_url
+    settings = Settings(home=tmp_path / "home", shard_count=4, store_url=url)
+    build_store(settings)
+    return settings
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path: Path) -> Settings:
+    settings = Settings(home=tmp_path / "home", shard_count=4)
+    build_store(settings)
+    return settings
+
+
+@pytest.fixture
+def paths(settings: Settings) -> RunPaths:
+    return RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+
+
+def snapshot_bytes(paths: RunPaths) -> dict[str, bytes]:
+    root = paths.snapshot_dir
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def read_edges(paths: RunPaths) -> pl.DataFrame:
+    return pl.read_parquet(
+        paths.snapshot_dir / "follow_edges" / "*" / "*.parquet", hive_partitioning=False
+    )
+
+
+def test_layout_contract_and_partitioning(settings, paths):
+    """Shards of the follower ids (shard_count 4, recs.sharding): every shard folder exists.
+
+    Each partition holds exactly the edges whose follower hashes to it, sorted by
+    (follower_id, followee_id), with the contract's columns and no shard_id column.
+    """
+    result = freeze_snapshot(paths, settings)
+    root = paths.snapshot_dir
+    for name in ("users", "blocks", "mutes", "dismissed_candidates", "user_interests"):
+        frame = pl.read_parquet(root / f"{name}.parquet")
+        check_schema(frame.schema, SNAPSHOT_SCHEMAS[name], name)
+    assert sorted(p.name for p in (root / "follow_edges").iterdir()) == [
+        "shard_id=000",
+        "shard_id=001",
+        "shard_id=002",
+        "shard_id=003",
+    ]
+    seen = []
+    for shard_id in range(4):
+        part = pl.read_parquet(root / snapshot.shard_path(shard_id))
+        check_schema(part.schema, SNAPSHOT_SCHEMAS["follow_edges"], f"shard {shard_id}")
+        pairs = list(zip(part["follower_id"], part["followee_id"], strict=True))
+        assert pairs == sorted(pairs)
+        assert all(shard_of(follower, 4) == shard_id for follower, _ in pairs)
+        seen += part.rows()
+    assert sorted((a, b, s) for a, b, _, s in seen) == sorted(
+        [(a, b, "active") for a, b in FOLLOWS] + [(a, b, "pending") for a, b in PENDING]
+    )
+    assert result["row_counts"] == {
+        "users": 6,
+        "follow_edges": 9,
+        "blocks": 1,
+        "mutes": 1,
+        "dismissed_candidates": 1,
+        "user_interests": 3,
+    }
+
+
+def test_values_survive_the_copy(settings, paths):
+    """Timestamps keep microseconds, NULL stays NULL, booleans and statuses are unchanged."""
+    freeze_snapshot(paths, settings)
+    users = pl.read_parquet(paths.snapshot_dir / "users.parquet")
+    assert users.rows() == [tuple(row) for row in USERS]
+    interests = pl.read_parquet(paths.snapshot_dir / "user_interests.parquet")
+    assert interests.rows() == [(1, "books"), (1, "music"), (2, "food")]  # sorted by key
+
+
+def test_manifest_counts_and_settings_round_trip(settings, paths):
+    freeze_snapshot(paths, settings)
+    manifest = read_json(paths.snapshot_manifest)
+    assert manifest["snapshot_date"] == SNAPSHOT_DATE
+    assert manifest["run_id"] == "test-run"
+    assert manifest["as_of"] == "2026-11-02T00:00:00+00:00"
+    assert manifest["shard_count"] == 4
+    assert manifest["store"]["backend"] == backend_of(settings)
+    assert manifest["follow_edges_by_status"] == {"active": 8, "pending": 1}
+    shards = manifest["follow_edges_shards"]
+    assert [s["shard_id"] for s in shards] == [0, 1, 2, 3]
+    assert sum(s["rows"] for s in shards) == manifest["row_counts"]["follow_edges"] == 9
+    for shard in shards:
+        expected = sum(shard_of(a, 4) == shard["shard_id"] for a, _ in FOLLOWS + PENDING)
+        assert shard["rows"] == expected
+    rebuilt = Settings.model_validate(manifest["settings"])
+    assert rebuilt.model_dump() == settings.model_dump()  # every run-defining field
+    assert "store_url" not in manifest["settings"]  # a connection (may hold a password)
+    assert isinstance(rebuilt.home, Path) and isinstance(rebuilt.datasets_dir, Path)
+
+
+def test_rerun_writes_identical_bytes_and_replaces_old_outputs(settings, paths):
+    freeze_snapshot(paths, settings)
+    first = snapshot_bytes(paths)
+    (paths.snapshot_dir / "stale.parquet").write_bytes(b"left over")
+    freeze_snapshot(paths, settings)
+    assert snapshot_bytes(paths) == first
+    other_run = RunPaths.create(settings.home, SNAPSHOT_DATE, "other-run")
+    freeze_snapshot(other_run, settings)
+    differs = {k for k, v in snapshot_bytes(other_run).items() if first[k] != v}
+    assert differs == {"manifest.json"}  # only the run id differs
+
+
+def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch):
+    """Follow edges are partitioned chunk by chunk as they are read; 2-row chunks (5 chunks
+    for the 9 edges, read in 1-row driver batches) must give the same files as one chunk."""
+    settings = sqlite_settings
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+    freeze_snapshot(paths, settings)
+    whole = snapshot_bytes(paths)
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1)
+    monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
+    with open_reader(settings.live_store_url) as reader:
+        assert [chunk.height for chunk in reader.iter_table("follow_edges")] == [2, 2, 2, 2, 1]
+    freeze_snapshot(paths, settings)
+    assert snapshot_bytes(paths) == whole
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from recs.store.connections import engine_for
+    started = time.monotonic()
+    engine = engine_for(sys.argv[1])
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":  # fail instead of waiting, like busy_timeout
+            connection.exec_driver_sql(f"SET lock_timeout = '{sys.argv[2]}s'")
+        connection.exec_driver_sql(
+            "INSERT INTO follow_edges (follower_id, followee_id, created_at, status) "
+            "VALUES (6, 5, '2026-10-30 00:00:00.000000', 'active')"
+        )
+    engine.dispose()
+    print(time.monotonic() - started)
+    """
+)
+
+
+def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, paths, monkeypatch):
+    """While the snapshot's read transaction is open (after reading `users`, before reading
+    `follow_edges`), another process inserts and commits the follow 6 -> 5.
+
+    The writer must succeed at once (no lock it waits for: SQLite would wait up to its busy
+    timeout and then fail with "database is locked", PostgreSQL up to its lock_timeout), and
+    the snapshot must not contain the edge (every table read as of one instant), while the
+    store afterwards does.
+    """
+    writes = []
+
+    class InsertingReader:
+        def __init__(self, inner):
+            self.inner = inner
+            self.backend = inner.backend
+
+        def iter_table(self, name):
+            return self.inner.iter_table(name)
+
+        def read_table(self, name):
+            frame = self.inner.read_table(name)
+            if name == "users":
+                done = subprocess.run(
+                    [sys.executable, "-c", WRITER, settings.live_store_url, "5"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                writes.append(done)
+            return frame
+
+    real_open_reader = snapshot.open_reader
+
+    def open_inserting_reader(url):
+        class Context:
+            def __enter__(self):
+                self.context = real_open_reader(url)
+                return InsertingReader(self.context.__enter__())
+
+            def __exit__(self, *exc):
+                return self.context.__exit__(*exc)
+
+        return Context()
+
+    monkeypatch.setattr(snapshot, "open_reader", open_inserting_reader)
+    freeze_snapshot(paths, settings)
+    [write] = writes
+    assert write.returncode == 0, write.stderr
+    assert float(write.stdout) < 2.0
+    edges = read_edges(paths)
+    assert (6, 5) not in set(zip(edges["follower_id"], edges["followee_id"], strict=True))
+    assert edges.height == len(FOLLOWS) + len(PENDING)
+    engine = engine_for(settings.live_store_url)
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql(
+            "SELECT count(*) FROM follow_edges WHERE follower_id = 6 AND followee_id = 5"
+        ).fetchall() == [(1,)]
+    engine.dispose()
+
+
+def test_nulls_after_a_full_batch_of_text_and_text_after_nulls(tmp_path, monkeypatch):
+    """The ADBC driver types a column from its first batch; 1,500 NULL last_active_at rows
+    then 1,500 text ones must still read (NULLs are read as '' and turned back into NULL)."""
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1024)
+    settings = Settings(home=tmp_path)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.users.insert(),
+            [
+                dict(user_id=i, created_at=T0, last_active_at=None if i < 1500 else T0)
+                for i in range(3000)
+            ],
+        )
+    engine.dispose()
+    with open_reader(settings.live_store_url) as reader:
+        users = reader.read_table("users")
+    assert users.height == 3000
+    assert users["last_active_at"].null_count() == 1500
+    assert users["last_active_at"].drop_nulls().unique().to_list() == [T0]
+
+
+def test_iso_t_separator_and_utc_suffix_are_read_as_naive_utc(tmp_path):
+    settings = Settings(home=tmp_path)
+    engine = engine_for(settings.live_store_url)
+    schema.create_schema(engine)
+    engine.dispose()
+    with closing(sqlite3.connect(tmp_path / "live.db")) as connection, connection:
+        connection.executemany(
+            "INSERT INTO mutes (muter_id, muted_id, created_at) VALUES (?, ?, ?)",
+            [(1, 2, "2026-10-01T12:00:00"), (1, 3, "2026-10-01 12:00:00.5+00:00")],
+        )
+    with open_reader(settings.live_store_url) as reader:
+        mutes = reader.read_table("mutes").sort("muted_id")
+    assert mutes["created_at"].to_list() == [T0, T0 + dt.timedelta(milliseconds=500)]
+
+
+def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatch):
+    with open_reader(settings.live_store_url) as reader:
+        assert reader.backend == backend_of(settings)
+        adbc_frames = {name: reader.read_table(name) for name in SNAPSHOT_SCHEMAS}
+    monkeypatch.setattr(readers, "sqlite_file", lambda url: None)
+    monkeypatch.setattr(readers, "is_postgres", lambda url: False)
+    with open_reader(settings.live_store_url) as reader:
+        assert isinstance(reader, readers._SqlAlchemyReader)
+        for name, frame in adbc_frames.items():
+            generic = reader.read_table(name)
+            assert generic.schema == frame.schema
+            key = snapshot.SORT_KEYS[name]
+            assert generic.sort(key).equals(frame.sort(key)), name
+
+
+def test_store_without_tables_is_a_clear_error(store_url, tmp_path):
+    """An empty database (PostgreSQL) or a new SQLite file in WAL mode: no table users."""
+    if store_url.startswith("sqlite"):
+        engine = engine_for(store_url)  # creates the file in WAL mode, no tables
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+        engine.dispose()
+    settings = Settings(home=tmp_path / "home", store_url=store_url)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    with pytest.raises(LiveStoreError, match="has no table users"):
+        freeze_snapshot(paths, settings)
+    assert not paths.snapshot_dir.exists()
+
+
+def test_unreachable_postgres_is_a_clear_error(tmp_path):
+    settings = Settings(home=tmp_path, store_url="postgresql://nobody@127.0.0.1:1/none")
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    with pytest.raises(LiveStoreError, match="cannot connect to the live store"):
+        freeze_snapshot(paths, settings)
+
+
+def test_missing_store_or_table_is_a_clear_error(tmp_path):
+    settings = Settings(home=tmp_path / "empty")
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    with pytest.raises(LiveStoreError, match="no live store at .*recs load-dataset"):
+        freeze_snapshot(paths, settings)
+    settings.home.mkdir()
+    connection = sqlite3.connect(settings.home / "live.db")
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.close()
+    with pytest.raises(LiveStoreError, match="has no table users"):
+        freeze_snapshot(paths, settings)
+    assert not paths.snapshot_dir.exists()
+
+
+def test_failed_snapshot_keeps_the_previous_one(settings, paths, monkeypatch):
+    freeze_snapshot(paths, settings)
+    before = snapshot_bytes(paths)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(snapshot, "_write_follow_edges", broken)
+    with pytest.raises(OSError, match="disk full"):
+        freeze_snapshot(paths, settings)
+    assert snapshot_bytes(paths) == before
+
+
+def test_timing_is_not_in_the_manifest(settings, paths):
+    result = freeze_snapshot(paths, settings)
+    assert result["seconds"] >= 0 and set(result) >= {"snapshot_dir", "manifest", "row_counts"}
+    assert "seconds" not in paths.snapshot_manifest.read_text()

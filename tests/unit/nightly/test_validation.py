@@ -1,0 +1,416 @@
+"""The Great Expectations gate (recs.nightly.validation) on a tiny hand-built run.
+
+The good run (``GOOD_ROWS``), shard_count 4, top_k 3, min_mutual_count 2, followed_by_count 2,
+weights 0.7 + 0.3 (score_max 1.0). Users sit in the shard ``shard_of`` gives them
+(6 -> 0, 4 -> 1, 2 -> 2, 1 and 8 -> 3):
+
+    shard 0: user 6 -> 10 (rank 1), 11 (rank 2)
+    shard 1: user 4 -> 10 (rank 1)
+    shard 2: user 2 -> 12, 13, 14 (ranks 1..3)
+    shard 3: user 1 -> 10 (rank 1); user 8 -> 12, 13 (ranks 1, 2)
+
+9 rows, 5 users. Exclusions: 6 excludes 15 (following) and 16 (blocked), 2 excludes 15 (muted),
+1 excludes 12 (dismissed); shard 1 has no exclusion folder. Candidate profiles: accounts 1..31,
+all active and discoverable except 17 (suspended) and 18 (not discoverable).
+
+Every check passes on it; each poisoning below breaks one rule and must fail exactly the
+expectation(s) named, derived by hand in its comment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from recs.config import Settings
+from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
+from recs.errors import ValidationFailedError
+from recs.nightly.runs import RunPaths
+from recs.nightly.validation import (
+    read_shard_outputs,
+    recommendation_rules,
+    user_rank_stats,
+    validate_run,
+)
+from recs.sharding import shard_of
+
+SNAPSHOT_DATE = dt.date(2026, 11, 1)
+RUN_ID = "gate_test"
+
+# shard -> rows (user_id, candidate_id, mutual_count, score, rank, followed_by)
+GOOD_ROWS: dict[int, list[tuple]] = {
+    0: [(6, 10, 3, 0.9, 1, [20, 21]), (6, 11, 2, 0.5, 2, [20, 22])],
+    1: [(4, 10, 2, 0.8, 1, [23, 24])],
+    2: [(2, 12, 4, 0.95, 1, [25, 26]), (2, 13, 3, 0.7, 2, [25]), (2, 14, 2, 0.6, 3, [26, 27])],
+    3: [(1, 10, 2, 0.4, 1, [28, 29]), (8, 12, 2, 0.3, 1, [30, 31]), (8, 13, 2, 0.2, 2, [30, 31])],
+}
+EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
+CHECK_COUNT = 40  # 19 recommendations + 7 rules + 4 users + 10 shards
+
+
+def gate_settings(home: Path, **overrides) -> Settings:
+    values = {
+        "home": home,
+        "shard_count": 4,
+        "top_k": 3,
+        "min_mutual_count": 2,
+        "followed_by_count": 2,
+        "mutual_weight": 0.7,
+        "activity_weight": 0.3,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def recommendation_frame(paths: RunPaths, rows: list[tuple]) -> pl.DataFrame:
+    """Rows as a frame of exactly ``RECOMMENDATION_SCHEMA`` (generated_at = as_of, run_id)."""
+    columns = ["user_id", "candidate_id", "mutual_count", "score", "rank", "followed_by"]
+    frame = pl.DataFrame(
+        [dict(zip(columns, row, strict=True)) for row in rows],
+        schema={c: RECOMMENDATION_SCHEMA[c] for c in columns},
+    )
+    return frame.with_columns(
+        pl.lit(paths.as_of.replace(tzinfo=None), RECOMMENDATION_SCHEMA["generated_at"]).alias(
+            "generated_at"
+        ),
+        pl.lit(paths.run_id, pl.String).alias("run_id"),
+    ).select(list(RECOMMENDATION_SCHEMA))
+
+
+def write_shard(paths: RunPaths, shard_id: int, frame: pl.DataFrame, **manifest_overrides) -> None:
+    """Write a shard's Parquet file and a manifest consistent with it (unless overridden)."""
+    paths.shard_dir(shard_id).mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(paths.shard_output(shard_id))
+    users = frame.get_column("user_id").n_unique() if "user_id" in frame.columns else 0
+    manifest = {
+        "shard_id": shard_id,
+        "users_in": users,
+        "users_with_recommendations": users,
+        "rows": frame.height,
+        "traversals": 0,
+        "seconds": 0.0,
+    }
+    manifest.update(manifest_overrides)
+    paths.shard_manifest(shard_id).write_text(json.dumps(manifest))
+
+
+def rewrite_shard(paths: RunPaths, shard_id: int, change: Callable[[pl.DataFrame], pl.DataFrame]):
+    """Apply ``change`` to a shard's rows and write it back with a consistent manifest."""
+    write_shard(paths, shard_id, change(pl.read_parquet(paths.shard_output(shard_id))))
+
+
+def write_good_run(
+    home: Path,
+    run_id: str = RUN_ID,
+    rows: dict[int, list[tuple]] | None = None,
+    snapshot_date: dt.date = SNAPSHOT_DATE,
+    **overrides,
+) -> tuple[RunPaths, Settings]:
+    """Write the docstring's run (shard outputs, manifests, exports) under ``home``."""
+    settings = gate_settings(home, **overrides)
+    paths = RunPaths.create(home, snapshot_date, run_id)
+    rows = GOOD_ROWS if rows is None else rows
+    for shard_id in range(settings.shard_count):
+        shard_rows = rows.get(shard_id, [])
+        assert all(shard_of(r[0], settings.shard_count) == shard_id for r in shard_rows)
+        write_shard(paths, shard_id, recommendation_frame(paths, shard_rows))
+    exclusions = pl.DataFrame(
+        EXCLUSIONS, schema=EXPORT_SCHEMAS["follow_exclusions"], orient="row"
+    ).with_columns(shard_id=pl.col("user_id").map_elements(lambda u: shard_of(u, 4), pl.Int64))
+    for (shard_id,), part in exclusions.partition_by("shard_id", as_dict=True).items():
+        folder = paths.exports_dir / "follow_exclusions" / f"shard_id={shard_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        part.drop("shard_id").write_parquet(folder / "data_0.parquet")
+    ids = list(range(1, 32))
+    pl.DataFrame(
+        {
+            "candidate_id": ids,
+            "account_status": ["suspended" if i == 17 else "active" for i in ids],
+            "last_active_at": [dt.datetime(2026, 10, 30)] * len(ids),
+            "is_discoverable": [i != 18 for i in ids],
+            "in_degree": [100 - i for i in ids],
+            "is_recommendable": [i not in (17, 18) for i in ids],
+        },
+        schema=EXPORT_SCHEMAS["candidate_profiles"],
+    ).write_parquet(paths.exports_dir / "candidate_profiles.parquet")
+    pl.DataFrame(
+        {
+            "tag": ["_global"] * 3,
+            "candidate_id": [10, 12, 13],
+            "popularity_rank": [1, 2, 3],
+            "in_degree": [99, 97, 96],
+        },
+        schema=EXPORT_SCHEMAS["popularity_index"],
+    ).write_parquet(paths.exports_dir / "popularity_index.parquet")
+    return paths, settings
+
+
+@pytest.fixture
+def good_run(tmp_path):
+    return write_good_run(tmp_path / "home")
+
+
+def test_good_run_passes_and_saves_results(good_run, capfd):
+    """All 40 checks pass; results.json lists each with success and unexpected counts;
+    summary.json carries the counts (9 rows, 5 users) and a sha256 per shard; GX is quiet."""
+    paths, settings = good_run
+    result = validate_run(paths, settings)
+    assert result["success"] is True
+    assert result["evaluated"] == CHECK_COUNT
+    assert (result["rows"], result["users"]) == (9, 5)
+
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["success"] is True and summary["failed"] == []
+    assert summary["evaluated"] == CHECK_COUNT
+    assert summary["generated_at"] == "2026-11-02T00:00:00"
+    assert [(s["shard_id"], s["rows"], s["users"]) for s in summary["shards"]] == [
+        (0, 2, 1),
+        (1, 1, 1),
+        (2, 3, 1),
+        (3, 3, 2),
+    ]
+    assert all(len(s["sha256"]) == 64 for s in summary["shards"])
+
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    checks = {e["name"]: e for c in results["checkpoints"] for e in c["expectations"]}
+    assert len(checks) == CHECK_COUNT
+    assert checks["no_excluded_candidate"]["success"] is True
+    assert checks["no_excluded_candidate"]["result"]["unexpected_count"] == 0
+    assert checks["no_excluded_candidate"]["result"]["element_count"] == 9
+    assert [c["batch"] for c in results["checkpoints"]] == [
+        "recommendations",
+        "recommendation_rules",
+        "users",
+        "shards",
+    ]
+    captured = capfd.readouterr()
+    assert "Calculating Metrics" not in captured.err + captured.out
+
+
+def test_results_are_identical_on_rerun(good_run):
+    """No wall clock in the saved documents: a second validation writes the same bytes."""
+    paths, settings = good_run
+    validate_run(paths, settings)
+    first = [(paths.validation_dir / n).read_bytes() for n in ("results.json", "summary.json")]
+    validate_run(paths, settings)
+    second = [(paths.validation_dir / n).read_bytes() for n in ("results.json", "summary.json")]
+    assert first == second
+
+
+def test_run_with_no_recommendations_passes(tmp_path):
+    """Every planned shard present but empty (typed, 0 rows): nothing is wrong."""
+    paths, settings = write_good_run(tmp_path / "home", rows={})
+    assert validate_run(paths, settings)["rows"] == 0
+
+
+def _set(column: str, value, *, where: pl.Expr) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """A change that sets ``column`` to ``value`` on the rows matching ``where``."""
+    dtype = RECOMMENDATION_SCHEMA[column]
+    return lambda frame: frame.with_columns(
+        pl.when(where).then(pl.lit(value, dtype)).otherwise(pl.col(column)).alias(column)
+    )
+
+
+def _row(user_id: int, rank: int) -> pl.Expr:
+    return (pl.col("user_id") == user_id) & (pl.col("rank") == rank)
+
+
+def _poison_missing_shard(paths):
+    shutil.rmtree(paths.shard_dir(2))
+
+
+def _poison_extra_shard(paths):
+    write_shard(paths, 4, recommendation_frame(paths, []))
+
+
+def _poison_missing_manifest(paths):
+    paths.shard_manifest(1).unlink()
+
+
+def _poison_manifest_rows(paths):
+    frame = pl.read_parquet(paths.shard_output(2))
+    write_shard(paths, 2, frame, rows=7)
+
+
+def _poison_unreadable(paths):
+    paths.shard_output(1).write_bytes(b"not parquet at all")
+
+
+def _poison_user_in_wrong_shard(paths):
+    # user 4 (shard 1) written into shard 0's file; shard 1 left empty.
+    moved = pl.concat(
+        [pl.read_parquet(paths.shard_output(1)), pl.read_parquet(paths.shard_output(0))]
+    )
+    write_shard(paths, 0, moved)
+    write_shard(paths, 1, recommendation_frame(paths, []))
+
+
+POISONINGS = {
+    # (6, 11) becomes (6, 6): user_id == candidate_id on one row.
+    "self_recommendation": (
+        lambda p: rewrite_shard(p, 0, _set("candidate_id", 6, where=_row(6, 2))),
+        {"no_self_recommendation"},
+    ),
+    # (6, 11) becomes (6, 15): 15 is in user 6's exclusions (following).
+    "excluded_candidate": (
+        lambda p: rewrite_shard(p, 0, _set("candidate_id", 15, where=_row(6, 2))),
+        {"no_excluded_candidate"},
+    ),
+    # user 6 ranks 1, 2 -> 1, 3: max_rank 3 != 2 rows (3 is still within top_k).
+    "rank_gap": (
+        lambda p: rewrite_shard(p, 0, _set("rank", 3, where=_row(6, 2))),
+        {"rank_gapless_per_user"},
+    ),
+    # user 8's rank-2 candidate 13 -> 12: (8, 12) twice; ranks 1, 2 stay gapless.
+    "duplicate_pair": (
+        lambda p: rewrite_shard(p, 3, _set("candidate_id", 12, where=_row(8, 2))),
+        {"unique_user_candidate"},
+    ),
+    # 1.5 > score_max 1.0 (+1e-9 tolerance).
+    "score_above_max": (
+        lambda p: rewrite_shard(p, 1, _set("score", 1.5, where=_row(4, 1))),
+        {"score_within_bounds"},
+    ),
+    # 1 < min_mutual_count 2.
+    "mutual_count_1": (
+        lambda p: rewrite_shard(p, 1, _set("mutual_count", 1, where=_row(4, 1))),
+        {"mutual_count_at_least_min"},
+    ),
+    # shard_id=002 gone: shard ids found {0, 1, 3} != planned {0, 1, 2, 3}.
+    "missing_shard": (_poison_missing_shard, {"planned_shards_present"}),
+    # shard_id=004 exists (valid, empty): found {0..4} != planned {0..3}.
+    "extra_shard": (_poison_extra_shard, {"planned_shards_present"}),
+    # (6, 11) -> (6, 17): 17 is suspended.
+    "suspended_candidate": (
+        lambda p: rewrite_shard(p, 0, _set("candidate_id", 17, where=_row(6, 2))),
+        {"candidate_active_and_discoverable"},
+    ),
+    # three followed_by ids > followed_by_count 2.
+    "followed_by_too_long": (
+        lambda p: rewrite_shard(p, 0, _set("followed_by", [20, 21, 22], where=_row(6, 1))),
+        {"followed_by_within_count"},
+    ),
+    # a null score (NaN in pandas is missing, so only the not-null check fires).
+    "null_score": (
+        lambda p: rewrite_shard(p, 1, _set("score", None, where=_row(4, 1))),
+        {"not_null_score"},
+    ),
+    # rank written as Int64 in shard 1: the union's rank becomes int64 and the file's
+    # schema differs from the contract.
+    "rank_wrong_type": (
+        lambda p: rewrite_shard(p, 1, lambda f: f.with_columns(pl.col("rank").cast(pl.Int64))),
+        {"type_rank", "shard_schema_matches_contract"},
+    ),
+    # score and rank swapped in every file: column order differs from the contract.
+    "columns_reordered": (
+        lambda p: [
+            rewrite_shard(
+                p,
+                s,
+                lambda f: f.select(
+                    "user_id",
+                    "candidate_id",
+                    "mutual_count",
+                    "rank",
+                    "score",
+                    "followed_by",
+                    "generated_at",
+                    "run_id",
+                ),
+            )
+            for s in range(4)
+        ],
+        {"columns_match_contract", "shard_schema_matches_contract"},
+    ),
+    # shard 3 rows carry another run's id (a file left over from an older run).
+    "other_run_id": (
+        lambda p: rewrite_shard(p, 3, _set("run_id", "older_run", where=pl.lit(True))),
+        {"run_id_is_this_run"},
+    ),
+    # shard 2 rows in reverse order (rank 3, 2, 1).
+    "unsorted_shard": (
+        lambda p: rewrite_shard(p, 2, lambda f: f.reverse()),
+        {"shard_sorted_by_user_rank"},
+    ),
+    "missing_manifest": (_poison_missing_manifest, {"shard_manifest_present"}),
+    # manifest says 7 rows, file has 3.
+    "manifest_rows_wrong": (_poison_manifest_rows, {"manifest_rows_match_output"}),
+    # garbage bytes: the file is not read, so only readability fails.
+    "unreadable_shard": (_poison_unreadable, {"shard_output_readable"}),
+    "user_in_wrong_shard": (_poison_user_in_wrong_shard, {"user_in_home_shard"}),
+}
+
+
+@pytest.mark.parametrize("poisoning", sorted(POISONINGS))
+def test_poisoned_run_fails_the_named_expectation(good_run, poisoning):
+    paths, settings = good_run
+    poison, expected = POISONINGS[poisoning]
+    poison(paths)
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["success"] is False
+    assert set(summary["failed"]) == expected
+    message = str(raised.value)
+    assert "\n" not in message
+    assert all(name in message for name in expected)
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    failed = {
+        e["name"] for c in results["checkpoints"] for e in c["expectations"] if not e["success"]
+    }
+    assert failed == expected
+
+
+def test_unexpected_rows_are_named_by_their_keys(good_run):
+    """The excluded pair (6, 15) is reported with its user and candidate ids."""
+    paths, settings = good_run
+    rewrite_shard(paths, 0, _set("candidate_id", 15, where=_row(6, 2)))
+    with pytest.raises(ValidationFailedError):
+        validate_run(paths, settings)
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    check = next(
+        e
+        for c in results["checkpoints"]
+        for e in c["expectations"]
+        if e["name"] == "no_excluded_candidate"
+    )
+    assert check["result"]["unexpected_count"] == 1
+    assert check["result"]["partial_unexpected_index_list"] == [
+        {"candidate_id": 15, "is_excluded": True, "user_id": 6}
+    ]
+
+
+def test_derived_frames_by_hand(good_run):
+    """Per-user aggregates and rule flags of the good run, plus one excluded pair.
+
+    users: 1 -> 1 row; 2 -> 3 rows, ranks 1..3; 4 -> 1; 6 -> 2; 8 -> 2; all in their home
+    shard. After (6, 11) -> (6, 15), only that row is flagged excluded, no row is a
+    self-recommendation, and every candidate is active and discoverable.
+    """
+    paths, settings = good_run
+    rewrite_shard(paths, 0, _set("candidate_id", 15, where=_row(6, 2)))
+    outputs = read_shard_outputs(paths)
+    conformed = outputs.union.select(*RECOMMENDATION_SCHEMA, "shard_id")
+    users = user_rank_stats(conformed, settings.shard_count)
+    assert users.rows() == [
+        (1, 1, 1, 1, 1, True),
+        (2, 3, 1, 3, 3, True),
+        (4, 1, 1, 1, 1, True),
+        (6, 2, 1, 2, 2, True),
+        (8, 2, 1, 2, 2, True),
+    ]
+    rules = recommendation_rules(paths, conformed)
+    flagged = rules.filter(pl.col("is_excluded")).select("user_id", "candidate_id").rows()
+    assert flagged == [(6, 15)]
+    assert not rules.get_column("is_self_recommendation").any()
+    assert rules.get_column("candidate_is_recommendable").all()
+    assert rules.get_column("followed_by_length").to_list() == [2, 2, 2, 2, 1, 2, 2, 2, 2]
+    assert outputs.shards.get_column("shard_id").to_list() == [0, 1, 2, 3]
+    assert outputs.shards.get_column("file_rows").to_list() == [2, 1, 3, 3]

@@ -1,0 +1,63 @@
+"""recs.store: URLs, the per-backend table list, the mutual-follows view on both backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from recs.store import schema
+from recs.store.connections import engine_for, libpq_url, normalize_url
+
+
+@pytest.mark.parametrize(
+    ("url", "normalized"),
+    [
+        ("postgresql://u:p@h:5432/recs", "postgresql+psycopg://u:p@h:5432/recs"),
+        ("postgres://h/recs", "postgresql+psycopg://h/recs"),
+        ("postgresql+psycopg2://u:p@postgres/recs", "postgresql+psycopg://u:p@postgres/recs"),
+        ("postgresql+psycopg://h/recs", "postgresql+psycopg://h/recs"),
+        ("sqlite:////tmp/live.db", "sqlite:////tmp/live.db"),
+    ],
+)
+def test_postgres_urls_use_psycopg3_and_libpq_urls_drop_the_driver(url, normalized):
+    assert normalize_url(url) == normalized
+    if "postgres" in url:
+        assert libpq_url(url).startswith("postgresql://")
+
+
+def test_the_reverse_edge_table_exists_only_on_postgres():
+    sqlite = {table.name for table in schema.tables_for("sqlite")}
+    postgres = {table.name for table in schema.tables_for("postgresql")}
+    assert postgres - sqlite == {"follow_edges_reverse"}
+    assert {"user_follow_counts", "relationship_tombstones", "ingested_events"} <= sqlite
+
+
+def test_mutual_follows_view_lists_both_directions_of_active_pairs_only(store_url):
+    """1<->2 active both ways, 1->3 active but 3->1 pending, 4->1 one way: only (1, 2) and
+    (2, 1) are mutual."""
+    engine = engine_for(store_url)
+    schema.create_schema(engine)
+    t0 = dt.datetime(2026, 10, 1)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.users.insert(), [{"user_id": u, "created_at": t0} for u in (1, 2, 3, 4)]
+        )
+        connection.execute(
+            schema.follow_edges.insert(),
+            [
+                {"follower_id": a, "followee_id": b, "created_at": t0, "status": s}
+                for a, b, s in [
+                    (1, 2, "active"),
+                    (2, 1, "active"),
+                    (1, 3, "active"),
+                    (3, 1, "pending"),
+                    (4, 1, "active"),
+                ]
+            ],
+        )
+        rows = connection.exec_driver_sql(
+            "SELECT user_id, friend_id FROM mutual_follows ORDER BY 1, 2"
+        ).fetchall()
+    engine.dispose()
+    assert [tuple(row) for row in rows] == [(1, 2), (2, 1)]
