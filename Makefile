@@ -92,11 +92,12 @@ API_WORKERS ?= 2
 serve: $(STAMP) ## Serve the read API on :8000 (needs RECS_API_JWT_SECRET; `recs token ID` mints)
 	$(BIN)/recs serve --workers $(API_WORKERS)
 
-bench-api: $(STAMP) ## Load-test the read API with wrk on a Slashdot run: req/s, p50/p99/p999 by path
+BENCH_API_ARGS ?=
+bench-api: $(STAMP) postgres-server ## Read API scenarios (paced reads, dismissals, version switch, soak on SQLite and PostgreSQL): errors, p50/p99/p999
 	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk (Debian)"; \
 		apt-get install -y -qq wrk >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq wrk; }; }
-	$(BIN)/python bench/api.py --workers $(API_WORKERS)
+	$(BIN)/python bench/api.py --workers $(API_WORKERS) $(BENCH_API_ARGS)
 
 # --- PostgreSQL live store and event ingestion (issue 4) ---------------------------------------
 # The tests and bench-ingest run the live store on a real PostgreSQL too: each session starts a

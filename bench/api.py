@@ -1,29 +1,30 @@
-"""Load-test the read API on loopback with wrk: throughput and p50/p99/p999 by path.
+"""Load-test the read API on loopback: each scenario's errors and p50/p99/p999 (``make bench-api``).
 
-What it does (``make bench-api``; ``--help`` for the knobs):
+Method (``--help`` for the knobs; ``bench/README.md`` has the figures):
 
-1. Makes sure ``RECS_HOME`` holds a published Slashdot run (loads soc-Slashdot0902 and runs
-   the pipeline for 2026-11-01 only if there is no live store / nothing published).
-2. Picks ``--users`` users per path by asking the read path itself (``read_path.who_to_follow``
-   in this process, before the server starts): *batch* users are answered from the batch list,
-   *cold_start* users from the cold-start path (new or thin accounts, or no batch row).
-3. Starts ``recs serve --workers N`` on 127.0.0.1 with a throwaway secret, waits for
-   ``/readyz``, mints a service token.
-4. For each path: a warm-up, then ``--duration`` seconds of wrk at a fixed offered rate
-   (``--rate``, default 1,000 req/s): ``--connections`` connections, each waiting an
-   exponentially distributed think time between requests (mean ``connections / rate``), so
-   arrivals are close to Poisson rather than synchronised bursts. wrk 4 times each request
-   from send to last byte; it is closed-loop per connection, so a server stall would delay
-   the next requests of the busy connections rather than count against them (coordinated
-   omission) -- with 64 connections each idle ~98 % of the time that hides little, and the
-   server-side histogram (``/metrics``) is printed beside it as a cross-check.
-   Then (unless ``--no-saturate``) a closed-loop run without think time: the ceiling.
-5. Prints one table and writes ``<RECS_HOME>/bench/api.json``; every response's ``source`` is
-   counted by the wrk script, and any non-2xx answer or socket error is reported, with the CPU
-   used meanwhile by the server, by wrk and by anything else (a shared machine shows there).
-   ``--swap-with RUN_ID`` flips ``CURRENT`` between two versions during the paced runs.
+1. A Slashdot home of its own (``--home``, default ``/tmp/recs-bench-api``): loads
+   soc-Slashdot0902 and runs the pipeline for 2026-11-01 once, reused by later runs. Each run
+   works on a fresh copy of it (the live store copied with SQLite's backup API, the published
+   versions linked), so dismissals never accumulate across runs, and a second version (the same
+   lists under another run id, hard links) is there to switch to.
+2. Picks ``--users`` users per path by asking the read path itself (``who_to_follow``): *batch*
+   users are answered from the batch list, *cold_start* users from the cold-start path.
+3. Starts ``recs serve --workers N`` on 127.0.0.1 (its HTTP limits on) and runs the scenarios:
 
-The server is a child process in its own process group, stopped at the end (also on error).
+   - ``batch`` / ``cold_start``: wrk at ``--rate`` / ``--cold-rate`` req/s, paced
+     (``api_load``), then the server-side histogram as a cross-check;
+   - ``dismissals``: POSTs at ``--dismiss-rate``/s (each a new pair: an insert and an fsync)
+     while wrk reads at ``--read-rate`` req/s;
+   - ``switch``: reads at ``--read-rate`` while ``CURRENT`` alternates between the two versions
+     every ``--swap-every`` s (every worker loads each, then all switch: ``serving.coordination``);
+   - ``soak_sqlite``: for ``--soak-seconds``, bursts of ``--burst`` concurrent reads and as many
+     dismissals, ``--soak-gap`` s apart (longer than anyio's 10 s thread idle timeout);
+   - ``soak_postgres``: the same against a PostgreSQL live store (a throwaway cluster of
+     Debian's server binaries, the same dataset loaded into it), if they are installed.
+   - ``ceiling``: closed-loop batch reads, no think time (the throughput bound, not a target).
+
+4. Prints one table (errors, p50/p99/p999, the target and whether it was met) and writes
+   ``<home>/bench/api.json``. Exit status 1 if any scenario had an error.
 """
 
 from __future__ import annotations
@@ -36,156 +37,101 @@ import random
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+import api_load  # noqa: E402 - the load generators beside this file
+
 BIN = Path(sys.executable).parent
-ROUTE = "/v1/users/{user_id}/who-to-follow"
 DATE = "2026-11-01"
-
-WRK_SCRIPT = r"""
--- recs bench-api: paced GETs over a file of paths, with a bearer token (wrk 4 Lua API).
-local paths = {}
-local threads = {}
-local token = os.getenv("RECS_BENCH_TOKEN")
-local mean_delay_ms = tonumber(os.getenv("RECS_BENCH_DELAY_MS") or "0")
-local cursor = 0
-
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("id", #threads)
-end
-
-function init(args)
-  for line in io.lines(args[1]) do paths[#paths + 1] = line end
-  math.randomseed(1000 + id)
-  cursor = math.random(#paths)
-  wrk.headers["Authorization"] = "Bearer " .. token
-  batch, cold, other = 0, 0, 0
-end
-
-function request()
-  cursor = cursor % #paths + 1
-  return wrk.format("GET", paths[cursor])
-end
-
-function delay()
-  if mean_delay_ms <= 0 then return 0 end
-  return math.floor(-mean_delay_ms * math.log(1 - math.random()) + 0.5)
-end
-
-function response(status, headers, body)
-  if body:find('"source":"batch"', 1, true) then batch = batch + 1
-  elseif body:find('"source":"cold_start"', 1, true) then cold = cold + 1
-  else other = other + 1 end
-end
-
-function done(summary, latency, requests)
-  local b, c, o = 0, 0, 0
-  for _, t in ipairs(threads) do
-    b = b + t:get("batch"); c = c + t:get("cold"); o = o + t:get("other")
-  end
-  local e = summary.errors
-  io.write(string.format(
-    'RESULT {"requests": %d, "duration_us": %d, "errors": {"connect": %d, "read": %d, ' ..
-    '"write": %d, "status": %d, "timeout": %d}, "latency_us": {"p50": %d, "p90": %d, ' ..
-    '"p99": %d, "p999": %d, "max": %d, "mean": %.1f}, "sources": {"batch": %d, ' ..
-    '"cold_start": %d, "other": %d}}\n',
-    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency:percentile(99.9), latency.max, latency.mean, b, c, o))
-end
-"""
+TARGETS = {
+    "batch": ("p99", 5.0, "p99 <= 5 ms at 2,000 req/s, 2 workers"),
+    "cold_start": ("p99", 20.0, "p99 <= 20 ms"),
+    "dismissals": ("p99", 20.0, "write p99 <= 20 ms at 200/s while reads run"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=1000.0, help="offered req/s per path")
-    parser.add_argument("--duration", type=int, default=30, help="seconds per measured run")
-    parser.add_argument("--warmup", type=int, default=5, help="seconds of warm-up per path")
+    parser.add_argument("--home", default="/tmp/recs-bench-api", help="the bench's own RECS_HOME")
+    parser.add_argument("--rate", type=float, default=2000.0, help="batch reads offered, req/s")
+    parser.add_argument("--cold-rate", type=float, default=1000.0)
+    parser.add_argument("--read-rate", type=float, default=1000.0,
+                        help="reads beside the dismissals and the switch")  # fmt: skip
+    parser.add_argument("--dismiss-rate", type=float, default=200.0)
+    parser.add_argument("--duration", type=int, default=30, help="seconds per paced run")
+    parser.add_argument("--warmup", type=int, default=5, help="seconds of warm-up per run")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     parser.add_argument("--port", type=int, default=8799)
     parser.add_argument("--users", type=int, default=2000, help="distinct users per path")
-    parser.add_argument("--limit", type=int, default=20, help="?limit= of every request")
-    parser.add_argument("--no-saturate", action="store_true", help="skip the ceiling runs")
-    parser.add_argument(
-        "--swap-with",
-        metavar="RUN_ID",
-        help="another published version: during each paced run CURRENT alternates between it "
-        "and the current one every --swap-every seconds (hot swap under load; restored after)",
-    )
+    parser.add_argument("--limit", type=int, default=20, help="?limit= of every read")
     parser.add_argument("--swap-every", type=float, default=3.0)
+    parser.add_argument("--soak-seconds", type=float, default=180.0)
+    parser.add_argument("--soak-gap", type=float, default=11.0)
+    parser.add_argument("--burst", type=int, default=64)
+    parser.add_argument(
+        "--scenarios",
+        default="batch,cold_start,dismissals,switch,soak_sqlite,soak_postgres,ceiling",
+        help="comma-separated, in this order",
+    )
     args = parser.parse_args(argv)
-
+    scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     if shutil.which("wrk") is None:
         sys.exit("bench-api: wrk is not installed (Debian: apt-get install -y wrk)")
+
+    home = Path(args.home).resolve()
+    _prepare(home)
+    work = Path(tempfile.mkdtemp(prefix="recs-bench-api-"))
+    run_home, first, second = _run_home(home, work)
     from recs.config import Settings
 
-    settings = Settings()
-    home = settings.home.resolve()
-    _ensure_published(settings)
-    batch_users, cold_users = _pick_users(settings, args.users, args.limit)
-    print(
-        f"home {home}: {len(batch_users)} batch users, {len(cold_users)} cold-start users",
-        file=sys.stderr,
-    )
-    work = Path(tempfile.mkdtemp(prefix="recs-bench-api-"))
-    script = work / "paced.lua"
-    script.write_text(WRK_SCRIPT)
-    path_files = {}
-    for name, users in (("batch", batch_users), ("cold_start", cold_users)):
-        path_files[name] = work / f"{name}.txt"
-        path_files[name].write_text(
-            "".join(f"/v1/users/{u}/who-to-follow?limit={args.limit}\n" for u in users)
-        )
-
-    secret = os.environ.get("RECS_API_JWT_SECRET") or secrets.token_hex(32)
-    env = {**os.environ, "RECS_HOME": str(home), "RECS_API_JWT_SECRET": secret}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    settings = Settings(home=run_home)
+    batch_users, cold_users, active = _pick_users(settings, args.users, args.limit)
+    print(f"{len(batch_users)} batch users, {len(cold_users)} cold-start users", file=sys.stderr)
+    secret = secrets.token_hex(32)
     from recs.serving.auth import mint_token
 
-    token = mint_token(secret, 0, service=True, ttl_seconds=3600)
-    base = f"http://127.0.0.1:{args.port}"
-    log_path = work / "server.log"
-    server = subprocess.Popen(
-        [str(BIN / "recs"), "serve", "--host", "127.0.0.1", "--port", str(args.port),
-         "--workers", str(args.workers)],
-        env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    results = {}
+    service = mint_token(secret, 0, service=True, ttl_seconds=3 * 3600)
+    files = _write_inputs(work, args, batch_users, cold_users, active, secret)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECS_")}
+    env.update(RECS_HOME=str(run_home), RECS_API_JWT_SECRET=secret)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    results: dict[str, dict] = {}
     try:
-        _wait_ready(base, server, log_path)
-        for name in ("batch", "cold_start"):
-            wrk = _wrk_runner(base, script, path_files[name], token, args)
-            # Calibrate the think time on the warm-up: each connection's cycle is think time +
-            # round trip + wrk's own overhead; solve for the think time that offers 2 % more
-            # than --rate, so that the measured rate is at least --rate.
-            first = args.connections * 1000.0 / args.rate
-            warm = wrk(args.warmup, args.rate, paced=True, delay_ms=first)
-            overhead = args.connections * 1000.0 / warm["req_per_s"] - first
-            think = max(args.connections * 1000.0 / (1.02 * args.rate) - overhead, 0.0)
-            before = _server_histogram(base, name, token)
-            cpu = _CpuMeter(server.pid)
-            with _Swapper(settings, args.swap_with, args.swap_every) as swapper:
-                measured = wrk(args.duration, args.rate, paced=True, delay_ms=think)
-            measured["cpu"] = cpu.read()
-            measured["swaps"] = swapper.swaps
-            after = _server_histogram(base, name, token)
-            entry = {"paced": measured, "server": _histogram_quantiles(before, after)}
-            if not args.no_saturate:
-                entry["ceiling"] = wrk(max(args.duration // 3, 5), 0, paced=False)
-            results[name] = entry
+        with _Server(env, args, work / "server.log") as server:
+            runner = _Runner(server, args, files, service)
+            for name in scenarios:
+                if name == "soak_postgres":
+                    continue
+                print(f"bench-api: {name} ...", file=sys.stderr)
+                if name == "switch":
+                    with api_load.Swapper(settings, first, second, args.swap_every) as swapper:
+                        results[name] = runner.reads("batch", args.read_rate)
+                    results[name]["swaps"] = swapper.swaps
+                elif name == "soak_sqlite":
+                    results[name] = runner.soak()
+                elif name == "dismissals":
+                    results[name] = runner.dismissals()
+                elif name == "ceiling":
+                    results[name] = runner.ceiling()
+                else:
+                    rate = args.rate if name == "batch" else args.cold_rate
+                    results[name] = runner.reads(name, rate)
+        if "soak_postgres" in scenarios:
+            results["soak_postgres"] = _postgres_soak(env, args, files, service, work)
     finally:
-        _stop(server)
+        shutil.rmtree(work, ignore_errors=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "home": str(home),
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]},
         "settings": vars(args),
         "results": results,
@@ -193,294 +139,332 @@ def main(argv: list[str] | None = None) -> int:
     out = home / "bench" / "api.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=2) + "\n")
-    _print_table(document)
+    failed = _print_table(document)
     print(f"\nwrote {out}", file=sys.stderr)
-    shutil.rmtree(work, ignore_errors=True)
-    failed = any(
-        sum(run["errors"].values()) or run["sources"]["other"]
-        for entry in results.values()
-        for key, run in entry.items()
-        if key in ("paced", "ceiling")
-    )
     return 1 if failed else 0
 
 
-def _ensure_published(settings) -> None:
-    """A Slashdot run under RECS_HOME, made only if there is no store or nothing published."""
-    from recs.published import current_version
-
-    env = {**os.environ, "RECS_HOME": str(settings.home.resolve())}
-    if not (settings.home / "live.db").exists():
-        print("bench-api: no live store here: loading soc-Slashdot0902", file=sys.stderr)
+# --- the home and its inputs ---------------------------------------------------------------
+def _prepare(home: Path) -> None:
+    """Load Slashdot and run the pipeline once into the bench's own home (reused after)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECS_")}
+    env["RECS_HOME"] = str(home)
+    if not (home / "live.db").exists():
+        print(f"bench-api: loading soc-Slashdot0902 into {home}", file=sys.stderr)
         subprocess.run([str(BIN / "recs"), "load-dataset", "slashdot", "--replace"], env=env,
                        check=True)  # fmt: skip
-    if current_version(settings.published_dir) is None:
-        print(f"bench-api: nothing published: running the pipeline for {DATE}", file=sys.stderr)
+    if not (home / "published" / "CURRENT").exists():
+        print(f"bench-api: running the pipeline for {DATE}", file=sys.stderr)
         subprocess.run([str(BIN / "recs"), "run", "--snapshot-date", DATE], env=env, check=True)
 
 
-def _pick_users(settings, how_many: int, limit: int) -> tuple[list[int], list[int]]:
-    """Users the read path answers from the batch list / from cold start, right now."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
+def _run_home(home: Path, work: Path) -> tuple[Path, str, str]:
+    """A working copy of ``home``: the live store backed up, the current version linked, and a
+    second version with the same files under the run id ``<run>-b`` (hard links, its own
+    manifest). Returns (the copy, first run id, second run id)."""
     from recs.published import current_version
+
+    run_home = work / "home"
+    (run_home / "published").mkdir(parents=True)
+    with (
+        sqlite3.connect(home / "live.db") as source,
+        sqlite3.connect(run_home / "live.db") as target,
+    ):
+        source.backup(target)
+    first = current_version(home / "published")
+    second = f"{first}-b"
+    (run_home / "published" / first).symlink_to(home / "published" / first)
+    copy = run_home / "published" / second
+    shutil.copytree(home / "published" / first, copy, copy_function=os.link)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["run_id"] = second
+    (copy / "manifest.json").unlink()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (run_home / "published" / "CURRENT").write_text(f"{first}\n")
+    return run_home, first, second
+
+
+def _pick_users(settings, how_many: int, limit: int) -> tuple[list[int], list[int], list[int]]:
+    """Users the read path answers from the batch list / from cold start, right now, and the
+    active users (for dismissal pairs)."""
+    from sqlalchemy import select
+
     from recs.serving.live_store import LiveStore
     from recs.serving.read_path import wall_clock, who_to_follow
     from recs.serving.versions import load_current
-
-    run_id = current_version(settings.published_dir)
-    root = settings.published_dir / run_id
-    with_rows = set()
-    for path in sorted(root.glob("shard_id=*/recommendations.parquet")):
-        with_rows.update(np.unique(pq.read_table(path, columns=["user_id"])["user_id"]).tolist())
-    store = LiveStore(settings.live_store_url)
-    version = load_current(settings, eager=True)
-    rng = random.Random(7)
-    from sqlalchemy import select
-
     from recs.store.connections import engine_for
     from recs.store.schema import users
 
     engine = engine_for(settings.live_store_url)
     with engine.connect() as connection:
-        active = (
-            connection.execute(select(users.c.user_id).where(users.c.account_status == "active"))
-            .scalars()
-            .all()
-        )
+        active = connection.execute(
+            select(users.c.user_id).where(users.c.account_status == "active")
+        ).scalars().all()  # fmt: skip
     engine.dispose()
-    rng.shuffle(active)
+    store = LiveStore(settings.live_store_url)
+    version = load_current(settings, eager=True)
+    rng = random.Random(7)
+    shuffled = list(active)
+    rng.shuffle(shuffled)
     batch, cold = [], []
     now = wall_clock()
-    for user in active:
+    for user in shuffled:
         if len(batch) >= how_many and len(cold) >= how_many:
             break
-        wanted = "batch" if user in with_rows else "cold_start"
-        if (len(batch) if wanted == "batch" else len(cold)) >= how_many:
-            continue
         document = who_to_follow(
             user, limit, version=version, store=store, settings=settings, now=now
         )
-        if document["items"]:
-            (batch if document["source"] == "batch" else cold).append(user)
+        if not document["items"]:
+            continue
+        chosen = batch if document["source"] == "batch" else cold
+        if len(chosen) < how_many:
+            chosen.append(user)
     store.close()
-    return batch[:how_many], cold[:how_many]
+    return batch, cold, sorted(active)
 
 
-def _wait_ready(base: str, server: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            sys.exit(f"bench-api: the server exited:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{base}/readyz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"bench-api: the server was not ready in 180 s:\n{log_path.read_text()[-3000:]}")
+def _write_inputs(work, args, batch_users, cold_users, active, secret) -> dict[str, Path]:
+    """wrk's Lua scripts, the read paths per source, and the dismissal lines (a distinct
+    (user, candidate) pair each, with the user's own token: writes need it)."""
+    from recs.serving.auth import mint_token
 
-
-def _wrk_runner(base, script, paths_file, token, args):
-    def run(seconds: int, rate: float, *, paced: bool, delay_ms: float | None = None) -> dict:
-        connections = args.connections if paced else max(args.threads * 8, 16)
-        if paced and delay_ms is None:
-            delay_ms = connections * 1000.0 / rate
-        env = {
-            **os.environ,
-            "RECS_BENCH_TOKEN": token,
-            "RECS_BENCH_DELAY_MS": f"{delay_ms:.3f}" if paced else "0",
-        }
-        command = [
-            "wrk", "-t", str(args.threads), "-c", str(connections), "-d", f"{seconds}s",
-            "--timeout", "5s", "-s", str(script), f"{base}/", "--", str(paths_file),
-        ]  # fmt: skip
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=seconds + 60
+    files = {"read_script": work / "read.lua", "write_script": work / "write.lua"}
+    files["read_script"].write_text(api_load.READ_SCRIPT)
+    files["write_script"].write_text(api_load.WRITE_SCRIPT)
+    for name, users in (("batch", batch_users), ("cold_start", cold_users)):
+        files[name] = work / f"{name}.txt"
+        files[name].write_text(
+            "".join(f"/v1/users/{u}/who-to-follow?limit={args.limit}\n" for u in users)
         )
-        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if line is None:
-            sys.exit(f"bench-api: wrk failed:\n{done.stdout}\n{done.stderr}")
-        result = json.loads(line[len("RESULT ") :])
-        result["connections"] = connections
-        result["req_per_s"] = result["requests"] / (result["duration_us"] / 1e6)
-        result["think_ms_mean"] = round(delay_ms or 0.0, 3)
-        return result
-
-    return run
-
-
-def _server_histogram(base: str, source: str, token: str) -> dict[float, float]:
-    """Cumulative bucket counts of the server's request histogram for one source (/metrics
-    needs the service token)."""
-    request = urllib.request.Request(
-        f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}
+    needed = int(args.dismiss_rate * (args.duration + args.warmup + 10)) + args.burst * (
+        int(args.soak_seconds / max(args.soak_gap, 1.0)) + 2
     )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        text = response.read().decode()
-    buckets: dict[float, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("recs_api_request_duration_seconds_bucket{"):
-            continue
-        labels, value = line.rsplit(" ", 1)
-        if f'path="{ROUTE}"' not in labels or f'source="{source}"' not in labels:
-            continue
-        bound = labels.split('le="', 1)[1].split('"', 1)[0]
-        upper = float("inf") if bound == "+Inf" else float(bound)
-        buckets[upper] = buckets.get(upper, 0.0) + float(value)  # summed over workers
-    return buckets
+    rng = random.Random(11)
+    writers = rng.sample(active, min(len(active), 4000))
+    tokens = {u: mint_token(secret, u, ttl_seconds=3 * 3600) for u in writers}
+    lines, seen = [], set()
+    while len(lines) < needed:
+        user, candidate = rng.choice(writers), rng.choice(active)
+        if user != candidate and (user, candidate) not in seen:
+            seen.add((user, candidate))
+            body = json.dumps({"candidate_id": candidate})
+            lines.append(f"/v1/users/{user}/dismissals\t{tokens[user]}\t{body}")
+    files["dismissals"] = work / "dismissals.txt"
+    files["dismissals"].write_text("\n".join(lines) + "\n")
+    files["soak_reads"] = [(path.strip(), "") for path in files["batch"].read_text().split()]
+    return files
 
 
-def _histogram_quantiles(before: dict, after: dict) -> dict:
-    """Bucket upper bounds (ms) holding the 50th/99th/99.9th percentile of the requests
-    observed between two scrapes (server side: arrival to last byte sent)."""
-    counts = sorted((bound, after.get(bound, 0.0) - before.get(bound, 0.0)) for bound in after)
-    total = counts[-1][1] if counts else 0.0
-    out = {"requests": int(total)}
-    for name, q in (("p50_le_ms", 0.5), ("p99_le_ms", 0.99), ("p999_le_ms", 0.999)):
-        bound = next((b for b, c in counts if total and c >= q * total), None)
-        out[name] = None if bound is None else (bound * 1e3 if bound != float("inf") else "inf")
-    return out
+# --- the server and the scenarios ----------------------------------------------------------
+class _Server:
+    """``recs serve`` as a child process in its own process group, stopped on exit."""
 
+    def __init__(self, env: dict, args, log: Path) -> None:
+        self.env, self.args, self.log = env, args, log
+        self.base = f"http://127.0.0.1:{args.port}"
 
-class _CpuMeter:
-    """CPU seconds used during a run, in cores: by the server (all its processes), by wrk (our
-    waited children) and by everything else on the machine -- other work on a shared machine
-    shows up as ``other`` and explains a disturbed run."""
-
-    def __init__(self, server_pid: int) -> None:
-        import resource
-
-        import psutil
-
-        self._server = psutil.Process(server_pid)
-        self._resource = resource
-        self._started = time.monotonic()
-        self._machine = self._busy()
-        self._server_cpu = self._server_seconds()
-        self._children = self._children_seconds()
-
-    def _busy(self) -> float:
-        import psutil
-
-        times = psutil.cpu_times()
-        return sum(times) - times.idle - getattr(times, "iowait", 0.0)
-
-    def _server_seconds(self) -> float:
-        import psutil
-
-        total = 0.0
-        for process in [self._server, *self._server.children(recursive=True)]:
+    def __enter__(self) -> _Server:
+        command = [str(BIN / "recs"), "serve", "--host", "127.0.0.1", "--port",
+                   str(self.args.port), "--workers", str(self.args.workers)]  # fmt: skip
+        self.process = subprocess.Popen(
+            command,
+            env=self.env,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                sys.exit(f"bench-api: the server exited:\n{self.log.read_text()[-3000:]}")
             try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-        return total
-
-    def _children_seconds(self) -> float:
-        usage = self._resource.getrusage(self._resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
-    def read(self) -> dict:
-        elapsed = time.monotonic() - self._started
-        machine = self._busy() - self._machine
-        server = self._server_seconds() - self._server_cpu
-        wrk = self._children_seconds() - self._children
-        return {
-            "server_cores": round(server / elapsed, 2),
-            "wrk_cores": round(wrk / elapsed, 2),
-            "other_cores": round(max(machine - server - wrk, 0.0) / elapsed, 2),
-        }
-
-
-class _Swapper:
-    """Alternate ``CURRENT`` between the current version and ``other`` in a thread (with
-    ``publish.set_current``: checked, atomic), restoring the original on exit."""
-
-    def __init__(self, settings, other: str | None, every: float) -> None:
-        import threading
-
-        self.settings, self.other, self.every = settings, other, every
-        self.swaps = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        if self.other:
-            from recs.published import current_version
-
-            self.original = current_version(self.settings.published_dir)
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        from recs.nightly.publish import set_current
-
-        targets = [self.other, self.original]
-        while not self._stop.wait(self.every):
-            set_current(self.settings, targets[self.swaps % 2])
-            self.swaps += 1
+                with urllib.request.urlopen(f"{self.base}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.__exit__()
+        sys.exit(f"bench-api: the server was not ready in 180 s:\n{self.log.read_text()[-3000:]}")
 
     def __exit__(self, *_exc) -> None:
-        if self.other:
-            from recs.nightly.publish import set_current
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
 
-            self._stop.set()
-            self._thread.join()
-            set_current(self.settings, self.original)
+
+class _Runner:
+    def __init__(self, server: _Server, args, files: dict, service_token: str) -> None:
+        self.server, self.args, self.files, self.token = server, args, files, service_token
+        # The soak posts the pairs from the end of the list, the paced run from the start.
+        self.writers = reversed(files["dismissals"].read_text().splitlines())
+
+    def _wrk(self, script, data, seconds, delay_ms, connections, extra=()):
+        return api_load.wrk_run(
+            self.server.base, script, data, seconds=seconds, connections=connections,
+            threads=self.args.threads, delay_ms=delay_ms, token=self.token, extra_args=extra,
+        )  # fmt: skip
+
+    def _paced(self, script, data, rate, connections, extra=()) -> dict:
+        def run(seconds, delay):
+            return self._wrk(script, data, seconds, delay, connections, extra)
+
+        delay = api_load.calibrated_delay(
+            run, connections=connections, rate=rate, warm_seconds=self.args.warmup
+        )
+        cpu = api_load.CpuMeter(self.server.process.pid)
+        measured = run(self.args.duration, delay)
+        measured["cpu"] = cpu.read()
+        measured["offered"] = rate
+        return measured
+
+    def reads(self, source: str, rate: float) -> dict:
+        route = api_load.ROUTE
+        before = api_load.server_histogram(self.server.base, self.token, route, source)
+        measured = self._paced(
+            self.files["read_script"], self.files[source], rate, self.args.connections
+        )
+        after = api_load.server_histogram(self.server.base, self.token, route, source)
+        measured["server"] = api_load.histogram_quantiles(before, after)
+        return measured
+
+    def dismissals(self) -> dict:
+        """Writes paced at --dismiss-rate while reads run at --read-rate (a second wrk)."""
+        reads: dict = {}
+        connections = 16
+        reader = threading.Thread(
+            target=lambda: reads.update(self.reads("batch", self.args.read_rate)), daemon=True
+        )
+        reader.start()
+        writes = self._paced(
+            self.files["write_script"], self.files["dismissals"], self.args.dismiss_rate,
+            connections, extra=(str(self.args.threads),),
+        )  # fmt: skip
+        reader.join()
+        writes["reads"] = reads
+        return writes
+
+    def ceiling(self) -> dict:
+        connections = max(self.args.threads * 8, 16)
+        return self._wrk(
+            self.files["read_script"], self.files["batch"], max(self.args.duration // 3, 5),
+            0.0, connections,
+        )  # fmt: skip
+
+    def soak(self) -> dict:
+        readers = [(path, self.token) for path, _ in self.files["soak_reads"]]
+        writers = (line.split("\t") for line in self.writers)
+        return api_load.soak(
+            self.server.base, readers=readers, writers=writers, seconds=self.args.soak_seconds,
+            gap=self.args.soak_gap, burst=self.args.burst,
+        )  # fmt: skip
 
 
-def _stop(server: subprocess.Popen) -> None:
-    if server.poll() is not None:
-        return
-    os.killpg(server.pid, signal.SIGTERM)  # our own child's process group
+def _postgres_soak(env, args, files, service, work) -> dict:
+    """The soak against a PostgreSQL live store with the same dataset (skipped, with a note,
+    without PostgreSQL's server binaries)."""
+    from recs.testing import pgserver
+
+    if pgserver.find_bindir() is None:
+        return {"skipped": "no PostgreSQL server binaries (make postgres-server)"}
+    server = pgserver.start(durable=True)
     try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=30)
+        url = server.create_database("recs_bench_api")
+        load_env = {**env, "RECS_STORE_URL": url, "RECS_HOME": str(work / "pg-home")}
+        print("bench-api: loading soc-Slashdot0902 into PostgreSQL ...", file=sys.stderr)
+        subprocess.run([str(BIN / "recs"), "load-dataset", "slashdot", "--replace"],
+                       env=load_env, check=True, capture_output=True)  # fmt: skip
+        print("bench-api: soak_postgres ...", file=sys.stderr)
+        with _Server({**env, "RECS_STORE_URL": url}, args, work / "server-pg.log") as api:
+            return _Runner(api, args, files, service).soak()
+    finally:
+        server.stop()
 
 
-def _print_table(document: dict) -> None:
-    ms = lambda us: f"{us / 1000:7.2f}"  # noqa: E731
+# --- the report ----------------------------------------------------------------------------
+def _print_table(document: dict) -> bool:
+    """Print one row per scenario (and per kind of request); True if any had an error."""
+    settings = document["settings"]
     print(
-        f"\nrecs read API on loopback: {document['settings']['workers']} uvicorn workers, "
-        f"{document['machine']['cpus']} CPUs, wrk {document['settings']['threads']} threads"
+        f"\nrecs read API on loopback: {settings['workers']} uvicorn workers, "
+        f"{document['machine']['cpus']} CPUs, wrk {settings['threads']} threads"
     )
     header = (
-        f"{'path':<11} {'run':<8} {'conns':>5} {'req/s':>8} {'p50 ms':>7} {'p90 ms':>7} "
-        f"{'p99 ms':>7} {'p999 ms':>7} {'max ms':>7} {'errors':>6}  sources"
+        f"{'scenario':<14} {'requests':<10} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'p999 ms':>7} {'max ms':>7} {'errors':>6}  target"
     )
     print(header)
-    print("-" * len(header))
-    for name, entry in document["results"].items():
-        for kind in ("paced", "ceiling"):
-            run = entry.get(kind)
-            if run is None:
-                continue
-            lat = run["latency_us"]
-            sources = ", ".join(f"{k} {v}" for k, v in run["sources"].items() if v)
+    print("-" * (len(header) + 30))
+    failed = False
+    for name, result in document["results"].items():
+        if "skipped" in result:
+            print(f"{name:<14} skipped: {result['skipped']}")
+            continue
+        for label, row in _rows(name, result):
+            errors = row["errors"]
+            failed |= errors > 0
+            target = ""
+            goal = TARGETS.get(name) if label in ("", "writes") else None
+            if goal is not None and row.get(goal[0]) is not None:
+                met = row[goal[0]] <= goal[1] and errors == 0
+                target = f"{goal[2]}: {'met' if met else 'MISSED'}"
+            elif name.startswith("soak") or name == "switch":
+                target = "0 errors: " + ("met" if errors == 0 else "MISSED")
             print(
-                f"{name:<11} {kind:<8} {run['connections']:>5} {run['req_per_s']:>8.0f} "
-                f"{ms(lat['p50'])} {ms(lat['p90'])} {ms(lat['p99'])} {ms(lat['p999'])} "
-                f"{ms(lat['max'])} {sum(run['errors'].values()):>6}  {sources}"
+                f"{(name + ' ' + label).strip():<14} {row['requests']:<10} "
+                f"{_fmt(row.get('rate'), 0):>7} {_fmt(row['p50']):>7} {_fmt(row['p99']):>7} "
+                f"{_fmt(row['p999']):>7} {_fmt(row['max']):>7} {errors:>6}  {target}"
             )
-        server = entry["server"]
-        print(
-            f"{'':<11} {'server':<8} {'':>5} {'':>8} "
-            f"p50 <= {server['p50_le_ms']} ms, p99 <= {server['p99_le_ms']} ms, "
-            f"p999 <= {server['p999_le_ms']} ms (histogram buckets, {server['requests']} req)"
-        )
-        cpu = entry["paced"]["cpu"]
-        swaps = entry["paced"].get("swaps")
-        print(
-            f"{'':<11} {'cpu':<8} {'':>5} {'':>8} during the paced run, in cores: server "
-            f"{cpu['server_cores']}, wrk {cpu['wrk_cores']}, other processes "
-            f"{cpu['other_cores']}" + (f"; CURRENT swapped {swaps} times" if swaps else "")
-        )
+        cpu = result.get("cpu")
+        if cpu:
+            swaps = f"; CURRENT swapped {result['swaps']} times" if result.get("swaps") else ""
+            print(
+                f"{'':<14} cpu during the run, cores: server {cpu['server_cores']}, wrk "
+                f"{cpu['wrk_cores']}, other {cpu['other_cores']}{swaps}"
+            )
+        server = result.get("server")
+        if server:
+            print(f"{'':<14} server histogram: p50 <= {server['p50_le_ms']} ms, p99 <= "
+                  f"{server['p99_le_ms']} ms, p999 <= {server['p999_le_ms']} ms")  # fmt: skip
+    return failed
+
+
+def _rows(name: str, result: dict):
+    if "bursts" in result:  # a soak
+        for kind in ("read", "write"):
+            part = result[kind]
+            yield f"{kind}s", {
+                "requests": part["requests"], "rate": None, "p50": part["p50_ms"],
+                "p99": part["p99_ms"], "p999": part["p999_ms"], "max": part["max_ms"],
+                "errors": part["errors"],
+            }  # fmt: skip
+        return
+    yield ("writes" if name == "dismissals" else ""), _wrk_row(result)
+    if "reads" in result and result["reads"]:
+        yield "reads", _wrk_row(result["reads"])
+
+
+def _wrk_row(run: dict) -> dict:
+    latency = run["latency_us"]
+    return {
+        "requests": run["requests"],
+        "rate": run["req_per_s"],
+        "p50": latency["p50"] / 1000,
+        "p99": latency["p99"] / 1000,
+        "p999": latency["p999"] / 1000,
+        "max": latency["max"] / 1000,
+        "errors": sum(run["errors"].values()) + run["sources"]["other"],
+    }
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":
