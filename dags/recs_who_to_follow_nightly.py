@@ -5,9 +5,14 @@ the ``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte fo
 imports are ``airflow.sdk``, ``pendulum``, the standard library and light ``recs`` modules; the
 heavy libraries (polars, duckdb, dbt, great_expectations) load inside the task processes.
 
-Schedule: one run per day at 01:00 UTC over the previous day's data interval; the run's
-``snapshot_date`` is the interval's start date (its logical date), so a backfill of a date
-recomputes exactly that date under its own ``runs/<snapshot_date>/<run_id>/`` folder.
+Time (the rule, once; ``recs.nightly.runs.RunPaths.as_of``): one run per day over the calendar
+day before it in UTC, the data interval ``[D 00:00, D+1 00:00)``; the run's ``snapshot_date`` is
+``D`` (its logical date, in its run id ``scheduled__D...``) and its **cut-off** is the interval's
+end, ``D+1 00:00 UTC``: its snapshot holds only what existed by then. A backfill or rerun of ``D``
+reuses ``D``'s retained snapshot; when none is retained it fails at once, unless triggered with
+``{"rebuild_snapshot": true}`` (param below), which rebuilds it from the live store as of the
+cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
+the date it runs after.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pendulum
-from airflow.sdk import Asset, CronDataIntervalTimetable, dag, get_current_context, task
+from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
 
 from recs.assets import (
     DUCKDB_WRITER_POOL,
@@ -66,24 +71,47 @@ def _paths(run: dict[str, str]):
 
 @dag(
     dag_id="recs_who_to_follow_nightly",
-    schedule=CronDataIntervalTimetable("0 1 * * *", timezone="UTC"),
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
     default_args={"owner": "recs"},
     tags=["recs", "who-to-follow"],
     doc_md=__doc__,
+    params={
+        "rebuild_snapshot": Param(
+            False,
+            type="boolean",
+            description="Past date with no retained snapshot: rebuild it from the live store "
+            "as of the cut-off (keeps only rows created by then; cannot restore what was "
+            "removed or changed since).",
+        )
+    },
 )
 def recs_who_to_follow_nightly():
     @task(outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
     def freeze_snapshot() -> dict[str, str]:
         """Consistent, non-blocking read of the live store into the run's snapshot Parquet."""
+        from airflow.sdk.configuration import conf
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from recs.errors import ShardPlanError, SnapshotNotRetainedError
         from recs.nightly import pipeline
 
         run = _run_ref()
-        result = pipeline.freeze_snapshot(_paths(run))
-        get_current_context()["outlet_events"][SNAPSHOT].extra = {
+        context = get_current_context()
+        try:
+            result = pipeline.freeze_snapshot(
+                _paths(run),
+                rebuild=bool(context["params"].get("rebuild_snapshot", False)),
+                max_map_length=conf.getint("core", "max_map_length"),
+            )
+        except (SnapshotNotRetainedError, ShardPlanError) as error:
+            raise AirflowFailException(str(error)) from None  # no retry can fix either
+        context["outlet_events"][SNAPSHOT].extra = {
             "snapshot_dir": str(result.get("snapshot_dir", "")),
+            "source": result.get("source"),
+            "shard_count": result.get("shard_count"),
             **run,
         }
         return run

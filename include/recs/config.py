@@ -71,7 +71,28 @@ class Settings(BaseSettings):
         description="Folder holding the real graph datasets (../shared/datasets).",
     )
 
-    shard_count: int = Field(16, ge=1, le=1024, description="Mapped traversal tasks per run.")
+    shard_count: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Mapped traversal tasks per run, fixed; unset: planned from the number of "
+        "eligible users (recs.nightly.shard_plan). A run's manifest holds the number it used.",
+    )
+    shard_users_target: int = Field(
+        200_000, ge=1, description="Eligible users per shard the plan aims for."
+    )
+    shard_count_min: int = Field(4, ge=1, le=4096, description="Fewest shards a plan makes.")
+    shard_count_max: int = Field(
+        1024, ge=1, le=4096, description="Most shards a plan makes (at most Airflow's "
+        "max_map_length, checked at run time)."
+    )
+    snapshot_max_lag_hours: float = Field(
+        36.0,
+        ge=0.0,
+        description="A date's snapshot may be read from the live store only while the store "
+        "has nothing newer than the date's cut-off plus this (its newest account creation or "
+        "activity); older dates need a retained snapshot, or --rebuild-snapshot.",
+    )
     hop1_cap: int = Field(200, ge=1, le=100_000, description="First-hop follows expanded per user.")
     hop2_cap: int = Field(50, ge=1, le=100_000, description="Follows expanded per first-hop node.")
     sample_seed: int = Field(

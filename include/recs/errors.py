@@ -79,6 +79,23 @@ class CountsDriftError(RecsError):
 # --- the nightly run (recs.nightly) ----------------------------------------------------------
 
 
+class RunInProgressError(RecsError):
+    """Another process holds the run (or the shard) this command would write
+    (``recs.nightly.locks``). Nothing was written; try again once it has finished."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): a temporary condition, retry later
+
+
+class SnapshotNotRetainedError(RecsError):
+    """A run for a past date whose snapshot is not retained, and the live store has moved past
+    that date's cut-off: rebuilding it needs an explicit ``--rebuild-snapshot``."""
+
+
+class ShardPlanError(RecsError):
+    """The shard plan does not fit the deployment (more shards than Airflow's
+    ``max_map_length``) or the plan settings contradict each other."""
+
+
 class ModelsBuildError(RecsError):
     """``dbt build`` failed (a model, data test or unit test), or an export is missing."""
 

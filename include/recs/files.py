@@ -3,20 +3,25 @@
 One home for these rules (light: standard library only):
 
 - **Atomic, durable writes** (``atomic_write``, ``atomic_path``): the bytes go to a hidden
-  temporary sibling ``.<name>.tmp``, are fsynced, and replace the target with ``os.replace``,
-  which is atomic on POSIX: a reader sees the old file or the new one, never half of one, and
-  after a crash never a renamed file whose data did not reach the disk. ``sync_folder`` also
-  fsyncs the folder, so the rename itself survives a power cut (the ``CURRENT`` pointer).
+  temporary sibling unique to the attempt (``staging_name``), are fsynced, and replace the
+  target with ``os.replace``, which is atomic on POSIX: a reader sees the old file or the new
+  one, never half of one, and after a crash never a renamed file whose data did not reach the
+  disk. ``sync_folder`` also fsyncs the folder, so the rename itself survives a power cut (the
+  ``CURRENT`` pointer).
 - **JSON documents** next to run outputs (manifests, summaries): ``write_json`` (indented,
   key-sorted, atomic) and ``read_json``.
+- **Hard links** of a finished file into another folder (``link_or_copy``).
 - **Checksums**: ``sha256_file`` (hex).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +30,13 @@ from typing import IO, Any
 from recs.errors import RunNotFoundError
 
 HASH_CHUNK_BYTES = 1 << 20
+
+
+def staging_name(name: str, suffix: str) -> str:
+    """A hidden sibling name for one attempt's temporary output: ``.<name>.<pid>-<random><suffix>``,
+    unique per process and attempt, so two attempts (a retry overlapping a stuck one) never
+    write into the same temporary file or folder."""
+    return f".{name}.{os.getpid()}-{secrets.token_hex(4)}{suffix}"
 
 
 def fsync_dir(path: Path) -> None:
@@ -52,7 +64,7 @@ def atomic_path(path: Path, *, sync_folder: bool = False) -> Iterator[Path]:
     is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(staging_name(path.name, ".tmp"))
     try:
         yield tmp
         fsync_file(tmp)
@@ -71,6 +83,25 @@ def atomic_write(path: Path, *, binary: bool = False, sync_folder: bool = False)
     with atomic_path(path, sync_folder=sync_folder) as tmp:
         with tmp.open("wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
             yield handle
+
+
+def link_or_copy(source: Path, target: Path, *, sync: bool = False) -> None:
+    """Hard-link ``source`` to ``target`` (the same bytes under two names, no copy); copy when
+    linking is impossible (another filesystem, or one without hard links). ``sync`` fsyncs the
+    data. A file linked this way must never be rewritten in place, only replaced. Raises
+    ``RunNotFoundError`` if ``source`` is missing."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except FileNotFoundError:
+        raise RunNotFoundError(f"missing {source}") from None
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        shutil.copyfile(source, target)
+    if sync:
+        fsync_file(target)
 
 
 def write_json(path: Path, document: Any) -> Path:

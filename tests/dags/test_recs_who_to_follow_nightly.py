@@ -36,13 +36,30 @@ def test_parsing_the_dag_file_loads_no_heavy_library(modules_loaded_by_parsing):
 def test_schedule_and_run_policy(dag):
     assert dag.catchup is False
     assert dag.max_active_runs == 1
-    # Daily at 01:00 UTC over the previous day's data interval (logical date = interval start =
-    # the snapshot date), not a trigger timetable whose logical date is the run time.
+    # Daily over the previous calendar day in UTC (logical date = interval start = the snapshot
+    # date), not a trigger timetable whose logical date is the run time.
     from airflow.sdk import CronDataIntervalTimetable
 
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
-    assert dag.timetable.expression == "0 1 * * *"
+    assert dag.timetable.expression == "0 0 * * *"
     assert str(dag.timetable.timezone) in ("UTC", "Timezone('UTC')")
+
+
+def test_the_data_interval_ends_at_the_runs_cut_off(dag):
+    """The rule written once (RunPaths.as_of): a run that starts after midnight covers the day
+    before; its snapshot date is the interval's start date, its cut-off the interval's end."""
+    import pendulum
+    from airflow.timetables.interval import CronDataIntervalTimetable  # the scheduler's
+
+    from recs.nightly.runs import RunPaths
+
+    timetable = CronDataIntervalTimetable(dag.timetable.expression, dag.timetable.timezone)
+    interval = timetable.infer_manual_data_interval(
+        run_after=pendulum.datetime(2026, 11, 2, 0, 30, tz="UTC")
+    )
+    assert interval.start == pendulum.datetime(2026, 11, 1, tz="UTC")
+    paths = RunPaths.create("/tmp/unused", interval.start.date(), None)
+    assert paths.as_of == interval.end
 
 
 def test_task_graph_is_the_designed_flow(dag):

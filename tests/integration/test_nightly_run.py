@@ -12,13 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from airflow_env import airflow_env
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -26,20 +26,6 @@ DATE = "2026-11-01"
 DAG_ID = "recs_who_to_follow_nightly"
 
 pytestmark = pytest.mark.slow
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECS_", "AIRFLOW"))}
-    env.update(
-        RECS_HOME=str(home / "data"),
-        AIRFLOW_HOME=str(home / "airflow"),
-        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        DBT_PROFILES_DIR=str(REPO / "dbt_project"),
-        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
-    )
-    return env
 
 
 def _run(args: list[str], env: dict[str, str], check: bool = True, timeout: int = 1800):
@@ -58,7 +44,7 @@ def _run(args: list[str], env: dict[str, str], check: bool = True, timeout: int 
 def demo(tmp_path_factory):
     """Run what `make demo` runs, in a throwaway RECS_HOME and AIRFLOW_HOME."""
     home = tmp_path_factory.mktemp("demo")
-    env = _env(home)
+    env = airflow_env(home)
     _run([str(BIN / "recs"), "load-dataset", "slashdot", "--replace"], env)
     _run([str(BIN / "airflow"), "db", "migrate"], env)
     _run(
@@ -81,7 +67,10 @@ def test_dag_published_a_validated_version(demo):
     listing = json.loads(_recs(demo, "runs", "--json").stdout)
     (version,) = listing["versions"]
     assert version["is_current"] is True
-    assert version["shard_count"] == 16
+    # The plan from the data: ~64 k eligible users, 200 k per shard, at least 4 shards.
+    plan = json.loads((demo["run_dir"] / "snapshot" / "manifest.json").read_text())["shard_plan"]
+    assert 60_000 < plan["eligible_users"] < 70_000
+    assert version["shard_count"] == plan["shard_count"] == 4
     assert version["rows"] > 100_000  # tens of thousands of users × up to 20 rows
     summary = json.loads((demo["run_dir"] / "validation" / "summary.json").read_text())
     assert summary["success"] is True

@@ -34,6 +34,15 @@ def run(
     run_id: Annotated[
         str | None, typer.Option("--run-id", help=f"Default cli__<date>; {RUN_ID_HELP}.")
     ] = None,
+    rebuild_snapshot: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild-snapshot",
+            help="A past date with no retained snapshot: rebuild it from the live store as of "
+            "the date's cut-off (keeps rows created by then; cannot restore what was removed or "
+            "changed since).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole nightly pipeline in this process (the DAG's functions, without Airflow)."""
@@ -43,7 +52,14 @@ def run(
     if run_id is not None:
         check_run_id(run_id)  # refused, never rewritten: exit 2 before any stage starts
     settings = current_settings()
-    result = run_all(settings.home, snapshot_date, run_id, settings, progress=progress)
+    result = run_all(
+        settings.home,
+        snapshot_date,
+        run_id,
+        settings,
+        progress=progress,
+        rebuild_snapshot=rebuild_snapshot,
+    )
 
     def render(doc):
         table = Table(title=f"run {doc['run_id']} ({doc['snapshot_date']})")

@@ -191,6 +191,11 @@ class Batch:
         stamp = (time_us, event_id)
         versions = self.versions[relation]
         if not supersedes(stamp, versions.get(key)):
+            if kind == "block":
+                # Superseded as a block (an unblock, or a later block, is newer), but it did
+                # happen: its unfollow of both directions at its own time still applies, so
+                # the follows end the same whatever order the block and its undo arrive in.
+                self._unfollow_both_ways(key, stamp)
             return _SUPERSEDED
         effects = self.effects
         if relation == "follow":

@@ -21,6 +21,7 @@ from typing import Any
 
 from recs.config import Settings, get_settings
 from recs.files import read_json
+from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
 
 
@@ -30,30 +31,51 @@ def run_settings(paths: RunPaths) -> Settings:
     return Settings.model_validate(manifest["settings"])
 
 
-def freeze_snapshot(paths: RunPaths, settings: Settings | None = None) -> dict[str, Any]:
-    """Copy the live store into ``paths.snapshot_dir`` (consistent, non-blocking read)."""
+def freeze_snapshot(
+    paths: RunPaths,
+    settings: Settings | None = None,
+    *,
+    rebuild: bool = False,
+    max_map_length: int | None = None,
+) -> dict[str, Any]:
+    """The run's snapshot as of its cut-off: the date's retained one, or the live store's
+    (``recs.nightly.snapshot``); ``rebuild`` for a past date nothing is retained for; the
+    shard plan checked against Airflow's ``max_map_length``."""
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
-    return _freeze(paths, settings or get_settings())
+    return _freeze(
+        paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
+    )
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
     """``dbt build`` over the snapshot into the run's DuckDB file and Parquet exports."""
     from recs.nightly.models import build_models as _build
 
-    return _build(paths, run_settings(paths))
+    with run_lock(paths):
+        return _build(paths, run_settings(paths))
 
 
 def build_graph(paths: RunPaths) -> dict[str, Any]:
     """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
     from recs.graph import build_graph as _build
 
-    return _build(paths, run_settings(paths))
+    with run_lock(paths):
+        return _build(paths, run_settings(paths))
 
 
 def plan_shards(paths: RunPaths) -> list[int]:
-    """The shard ids of this run: ``0 .. shard_count-1`` as frozen in the snapshot."""
-    return list(range(run_settings(paths).shard_count))
+    """The shard ids of this run, ``0 .. shard_count-1`` as planned by the snapshot; output
+    folders of shards outside the plan (a rerun with fewer shards) are removed."""
+    import shutil
+
+    shard_count = run_settings(paths).shard_count
+    with run_lock(paths):
+        for folder in paths.shards_dir.glob("shard_id=*"):
+            number = folder.name.removeprefix("shard_id=")
+            if not (number.isdigit() and int(number) < shard_count):
+                shutil.rmtree(folder, ignore_errors=True)
+    return list(range(shard_count))
 
 
 def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
@@ -62,21 +84,24 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
 
     settings = run_settings(paths)
     check_shard(shard_id, settings.shard_count)
-    return _traverse(paths, settings, shard_id)
+    with shard_lock(paths, shard_id):
+        return _traverse(paths, settings, shard_id)
 
 
 def validate_run(paths: RunPaths) -> dict[str, Any]:
     """The Great Expectations gate; raises ``ValidationFailedError`` if any check fails."""
     from recs.nightly.validation import validate_run as _validate
 
-    return _validate(paths, run_settings(paths))
+    with run_lock(paths):
+        return _validate(paths, run_settings(paths))
 
 
 def publish_run(paths: RunPaths) -> dict[str, Any]:
     """Write ``published/<run_id>/`` and atomically point ``CURRENT`` at it."""
     from recs.nightly.publish import publish_run as _publish
 
-    return _publish(paths, run_settings(paths))
+    with run_lock(paths):
+        return _publish(paths, run_settings(paths))
 
 
 def run_all(
@@ -85,14 +110,24 @@ def run_all(
     run_id: str | None = None,
     settings: Settings | None = None,
     progress=None,
+    *,
+    rebuild_snapshot: bool = False,
 ) -> dict[str, Any]:
-    """Run every stage in order in this process (the DAG without Airflow), timing each.
+    """Run every stage in order in this process (the DAG without Airflow), timing each, holding
+    the run's lock throughout (a second ``run_all`` of the run id is refused at once:
+    ``RunInProgressError``).
 
-    ``progress``, if given, is called as ``progress(stage_name)`` before each stage.
+    ``progress``, if given, is called as ``progress(stage_name)`` before each stage;
+    ``rebuild_snapshot`` as ``freeze_snapshot``'s ``rebuild``.
     Returns ``{"run_id", "snapshot_date", "stages": {name: {"seconds", "result"}}, "seconds"}``.
     Raises whatever the failing stage raises; nothing is published unless validation passed.
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
+    with run_lock(paths):
+        return _run_all(paths, settings, progress, rebuild_snapshot)
+
+
+def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dict[str, Any]:
     stages: dict[str, Any] = {}
     started = time.perf_counter()
 
@@ -104,7 +139,7 @@ def run_all(
         stages[name] = {"seconds": round(time.perf_counter() - t0, 3), "result": result}
         return result
 
-    timed("freeze_snapshot", freeze_snapshot, paths, settings)
+    timed("freeze_snapshot", lambda: freeze_snapshot(paths, settings, rebuild=rebuild_snapshot))
     timed("build_models", build_models, paths)
     timed("build_graph", build_graph, paths)
     shard_ids = timed("plan_shards", plan_shards, paths)

@@ -38,7 +38,7 @@ from typing import Any
 
 from recs.config import Settings
 from recs.errors import RunNotFoundError, ValidationFailedError
-from recs.files import atomic_write, fsync_dir, fsync_file, read_json, sha256_file, write_json
+from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly.runs import RunPaths, check_run_id
 from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
@@ -195,7 +195,7 @@ def _stage_version(
     for shard_id in range(settings.shard_count):
         relative = f"shard_id={shard_id:03d}/{RECOMMENDATIONS_FILE}"
         target = staging / relative
-        _link_or_copy(paths.shard_output(shard_id), target)
+        link_or_copy(paths.shard_output(shard_id), target, sync=True)
         digest = sha256_file(target)
         if digest != validated[shard_id]["sha256"]:
             raise ValidationFailedError(
@@ -218,7 +218,7 @@ def _stage_version(
         source = paths.exports_dir / name
         if not source.is_file():
             raise RunNotFoundError(f"cannot publish run {paths.run_id}: missing export {source}")
-        _link_or_copy(source, staging / name)
+        link_or_copy(source, staging / name, sync=True)
         exports.append(
             {
                 "path": name,
@@ -300,21 +300,6 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one."""
     with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """Hard-link ``source`` to ``target``; copy when linking is impossible (other filesystem,
-    or a filesystem without hard links). The data is fsynced either way."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except FileNotFoundError:
-        raise RunNotFoundError(f"missing {source}") from None
-    except OSError as error:
-        if error.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
-            raise
-        shutil.copyfile(source, target)
-    fsync_file(target)
 
 
 @contextmanager

@@ -253,6 +253,34 @@ def test_a_late_block_deletes_only_older_follows(live):
     assert live.counts() == {1: (0, 1), 2: (1, 0)}
 
 
+def test_a_block_arriving_after_its_unblock_still_removes_the_older_follows(live):
+    """1<->2 follow each other (m1, m2). 1 blocks 2 at m3 and unblocks at m7, but the unblock
+    reaches ingestion first (one call) and the block later (another call): the block is
+    superseded as a block (the unblock is newer: no block is left), yet it happened, so it
+    still acts on both follow directions like an unfollow at m3: both follows (older) go.
+    A follow 2->1 at m8 (after the unblock) then stands. The same end state as in order.
+    """
+    live.ingest([event("f1", "follow", 1, 1, 2), event("f2", "follow", 2, 2, 1)])
+    live.ingest([event("u1", "unblock", 7, 1, 2)])
+    late = live.ingest([event("b1", "block", 3, 1, 2)])
+    assert counted(late) == (1, 0, 0, 1, 0)  # read, applied, duplicates, superseded, quarantined
+    assert late["effects"] == {"follows_removed_by_block": 2}
+    assert live.pairs("blocks") == set()
+    assert live.edges() == {}
+    assert live.counts() == {}
+    live.ingest([event("f3", "follow", 8, 2, 1)])
+    assert live.edges() == {(2, 1): "active"}
+
+
+def test_a_late_block_does_not_remove_follows_made_after_its_unblock(live):
+    """Unblock at m7 first, follow 1->2 at m8 (not blocked: applied), then the block at m3
+    arrives: the follow is newer than the block, so it stays."""
+    live.ingest([event("u1", "unblock", 7, 1, 2), event("f1", "follow", 8, 1, 2)])
+    late = live.ingest([event("b1", "block", 3, 1, 2)])
+    assert late["effects"] == {}
+    assert live.edges() == {(1, 2): "active"}
+
+
 def test_dismissal_and_mute_last_writer_wins(live):
     """1 dismisses 5 (m1), undismisses (m3); a stale dismiss at m2 arrives after: superseded.
     1 dismisses 6 (m4). 2 mutes 3 (m1). Left: dismissed {(1, 6)}, muted {(2, 3)}.

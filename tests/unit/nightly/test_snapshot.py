@@ -22,7 +22,7 @@ from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
 from recs.errors import LiveStoreError
 from recs.files import read_json
-from recs.nightly import snapshot
+from recs.nightly import retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
@@ -154,7 +154,7 @@ def test_layout_contract_and_partitioning(settings, paths):
     ]
     seen = []
     for shard_id in range(4):
-        part = pl.read_parquet(root / snapshot.shard_path(shard_id))
+        part = pl.read_parquet(root / retained.shard_path(shard_id))
         check_schema(part.schema, SNAPSHOT_SCHEMAS["follow_edges"], f"shard {shard_id}")
         pairs = list(zip(part["follower_id"], part["followee_id"], strict=True))
         assert pairs == sorted(pairs)
@@ -220,13 +220,13 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
     for the 9 edges, read in 1-row driver batches) must give the same files as one chunk."""
     settings = sqlite_settings
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
-    freeze_snapshot(paths, settings)
+    freeze_snapshot(paths, settings, rebuild=True)
     whole = snapshot_bytes(paths)
     monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1)
     monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
     with open_reader(settings.live_store_url) as reader:
         assert [chunk.height for chunk in reader.iter_table("follow_edges")] == [2, 2, 2, 2, 1]
-    freeze_snapshot(paths, settings)
+    freeze_snapshot(paths, settings, rebuild=True)  # read from the store again, in chunks
     assert snapshot_bytes(paths) == whole
 
 
@@ -280,7 +280,7 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
                 writes.append(done)
             return frame
 
-    real_open_reader = snapshot.open_reader
+    real_open_reader = retained.open_reader
 
     def open_inserting_reader(url):
         class Context:
@@ -293,7 +293,7 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
 
         return Context()
 
-    monkeypatch.setattr(snapshot, "open_reader", open_inserting_reader)
+    monkeypatch.setattr(retained, "open_reader", open_inserting_reader)
     freeze_snapshot(paths, settings)
     [write] = writes
     assert write.returncode == 0, write.stderr
@@ -358,7 +358,7 @@ def test_sqlalchemy_reader_reads_what_the_adbc_reader_reads(settings, monkeypatc
         for name, frame in adbc_frames.items():
             generic = reader.read_table(name)
             assert generic.schema == frame.schema
-            key = snapshot.SORT_KEYS[name]
+            key = retained.SORT_KEYS[name]
             assert generic.sort(key).equals(frame.sort(key)), name
 
 
@@ -388,7 +388,7 @@ def test_missing_store_or_table_is_a_clear_error(tmp_path):
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
     with pytest.raises(LiveStoreError, match="no live store at .*recs load-dataset"):
         freeze_snapshot(paths, settings)
-    settings.home.mkdir()
+    settings.home.mkdir(exist_ok=True)  # the refused run may have made its (empty) folders
     connection = sqlite3.connect(settings.home / "live.db")
     connection.execute("PRAGMA journal_mode=WAL")
     connection.close()
@@ -404,10 +404,13 @@ def test_failed_snapshot_keeps_the_previous_one(settings, paths, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(snapshot, "_write_follow_edges", broken)
+    monkeypatch.setattr(retained, "write_follow_edges", broken)
+    retained_before = retained.manifest(retained.folder(paths.home, paths.snapshot_date))
     with pytest.raises(OSError, match="disk full"):
-        freeze_snapshot(paths, settings)
+        freeze_snapshot(paths, settings, rebuild=True)  # forced back to the live store
     assert snapshot_bytes(paths) == before
+    assert retained.manifest(retained.folder(paths.home, paths.snapshot_date)) == retained_before
+    assert not list(retained.folder(paths.home, paths.snapshot_date).parent.glob(".*.partial"))
 
 
 def test_timing_is_not_in_the_manifest(settings, paths):

@@ -1,0 +1,73 @@
+"""Who may work on a run right now: a run lock, and a lock per shard.
+
+A stage that writes the run's shared outputs (snapshot, dbt build, graph, gate) holds the run's
+lock exclusively; a shard task holds it shared (the shards of one run run side by side) plus its
+shard's lock exclusively. Both are ``flock``s on files inside the run folder, taken without
+waiting: a second process that wants a lock someone holds is refused at once with
+``RunInProgressError`` ("run … is in progress"), before it writes anything. A process that
+already holds a lock (``recs run`` holds the run's exclusively for the whole run) takes the
+inner ones for free. The kernel drops the locks of a process that dies, so a killed run never
+leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from recs.errors import RunInProgressError
+from recs.nightly.runs import RunPaths
+
+_held: dict[Path, str] = {}  # lock file -> "exclusive" | "shared", held by this process
+_guard = threading.Lock()
+
+
+@contextmanager
+def run_lock(paths: RunPaths, *, shared: bool = False) -> Iterator[None]:
+    """Hold the run's lock (``<run_dir>/.lock``) for the block; ``shared`` for a shard task.
+    Raises ``RunInProgressError`` if another process holds it in a conflicting mode."""
+    with _flock(paths.run_dir / ".lock", shared, f"run {paths.run_id} of {paths.snapshot_date}"):
+        yield
+
+
+@contextmanager
+def shard_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
+    """Hold the run's lock shared and shard ``shard_id``'s exclusively for the block."""
+    what = f"shard {shard_id:03d} of run {paths.run_id} of {paths.snapshot_date}"
+    with run_lock(paths, shared=True):
+        with _flock(paths.shards_dir / f".shard_id={shard_id:03d}.lock", False, what):
+            yield
+
+
+@contextmanager
+def _flock(path: Path, shared: bool, what: str) -> Iterator[None]:
+    path = path.resolve()
+    with _guard:
+        mode = _held.get(path)
+    if mode == "exclusive" or (mode == "shared" and shared):
+        yield  # this process holds it already (recs run, or a stage inside it)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunInProgressError(
+                f"{what} is in progress in another process (it holds {path}): wait for it to "
+                "finish, or use another --run-id"
+            ) from None
+        with _guard:
+            _held[path] = "shared" if shared else "exclusive"
+        try:
+            yield
+        finally:
+            with _guard:
+                _held.pop(path, None)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,342 @@
+"""Retained snapshots: the live store as of one date's cut-off, kept under ``snapshots/<date>/``.
+
+``freeze`` reads every table in one read transaction (``recs.store.readers.open_reader``), from
+the primary or a hot standby (``recs.store.standby.snapshot_source``), keeps the rows that
+existed by the cut-off (``CUT_OFF_COLUMNS``; ``last_active_at`` is clamped to it; rows that
+name an account created later are dropped with it), partitions follow edges by the shard plan
+chunk by chunk as they are read, sorts and writes each shard in a thread pool, and renames the
+folder into place under a per-date lock: a second run of the same date waits, then reuses it.
+A retained snapshot's ``manifest.json`` holds no timings, so the same store gives the same
+bytes. ``recs gc`` removes snapshots older than ``snapshot_retention_days``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from recs.config import Settings
+from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
+from recs.errors import LiveStoreError, SnapshotNotRetainedError
+from recs.files import read_json, staging_name, write_json
+from recs.nightly.runs import RunPaths
+from recs.nightly.shard_plan import plan_shards
+from recs.sharding import shard_expr
+from recs.store.connections import display_url, one_line
+from recs.store.readers import open_reader
+from recs.store.standby import snapshot_source
+
+log = logging.getLogger("recs.nightly.retained")
+
+MANIFEST = "manifest.json"
+SORT_KEYS: dict[str, list[str]] = {
+    "users": ["user_id"],
+    "follow_edges": ["follower_id", "followee_id"],
+    "blocks": ["blocker_id", "blocked_id"],
+    "mutes": ["muter_id", "muted_id"],
+    "dismissed_candidates": ["user_id", "candidate_id"],
+    "user_interests": ["user_id", "tag"],
+}
+"""The key of each snapshot table: its primary key in the store, and its sort order on disk."""
+
+CUT_OFF_COLUMNS = {
+    "users": "created_at",
+    "follow_edges": "created_at",
+    "blocks": "created_at",
+    "mutes": "created_at",
+    "dismissed_candidates": "dismissed_at",
+}
+"""The time a row came into being, per table: rows at or after the cut-off are left out (the
+data interval ``[date, cut-off)`` is half-open). Interests carry no time and are kept."""
+ACCOUNT_COLUMNS = {
+    "follow_edges": ("follower_id", "followee_id"),
+    "blocks": ("blocker_id", "blocked_id"),
+    "mutes": ("muter_id", "muted_id"),
+    "dismissed_candidates": ("user_id", "candidate_id"),
+    "user_interests": ("user_id",),
+}
+"""The account ids each table names (a row naming an account created after the cut-off goes)."""
+
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "row_group_size": 1 << 20,
+    "use_dictionary": True,
+    "write_statistics": True,
+    "version": "2.6",
+    "data_page_version": "1.0",
+}
+"""Fixed ``pyarrow.parquet.write_table`` options: the same rows always give the same bytes."""
+
+WRITE_THREADS = min(8, os.cpu_count() or 1)
+
+
+def folder(home: Path, day: dt.date) -> Path:
+    """``<home>/snapshots/<YYYY-MM-DD>/``: the retained snapshot of one date (may not exist)."""
+    return Path(home) / "snapshots" / day.isoformat()
+
+
+def is_complete(path: Path) -> bool:
+    """Whether ``path`` is a whole retained snapshot (its manifest is written last)."""
+    return (path / MANIFEST).is_file()
+
+
+def manifest(path: Path) -> dict[str, Any]:
+    """A retained snapshot's manifest (``RunNotFoundError`` if there is none)."""
+    return read_json(path / MANIFEST)
+
+
+def eligible_users(path: Path, as_of: dt.datetime, window_days: int) -> int:
+    """Users of a retained snapshot that ``eligible_users`` (dbt) selects: active, and active
+    since ``as_of - window_days`` (the shard plan is sized by it; the gate compares)."""
+    since = as_of.replace(tzinfo=None) - dt.timedelta(days=window_days)
+    return (
+        pl.scan_parquet(path / "users.parquet")
+        .filter((pl.col("account_status") == "active") & (pl.col("last_active_at") >= since))
+        .select(pl.len())
+        .collect()
+        .item()
+    )
+
+
+def freeze(
+    paths: RunPaths, settings: Settings, *, rebuild: bool, max_map_length: int | None
+) -> dict[str, Any] | None:
+    """Read the live store as of ``paths``' cut-off into ``folder(...)`` (module docstring).
+
+    Without ``rebuild``, refuses (``SnapshotNotRetainedError``, nothing written) when the store
+    has moved more than ``snapshot_max_lag_hours`` past the cut-off; with it, replaces that
+    date's retained snapshot. Returns what ``wait_for_standby`` said when it read a hot standby
+    (else None). Raises ``LiveStoreError`` for a missing store
+    or a failed read."""
+    target = folder(paths.home, paths.snapshot_date)
+    with _date_lock(target):
+        if is_complete(target) and not rebuild:
+            return None  # another run of this date froze it while we waited
+        cut_off = paths.as_of.replace(tzinfo=None)
+        url, standby = snapshot_source(settings)
+        if standby is not None:
+            log.info("snapshot standby caught up with the primary: %s", standby)
+        frames: dict[str, pl.DataFrame] = {}
+        with open_reader(url) as reader:
+            backend = reader.backend
+            try:
+                users = reader.read_table("users")  # first: the plan and the staleness check
+                newest = _newest(users)
+                if not rebuild and newest is not None:
+                    refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
+                frames["users"], dropped, excluded = _users_as_of(users, cut_off)
+                plan = plan_shards(
+                    _eligible(frames["users"], cut_off, settings.eligibility_window_days),
+                    fixed=settings.shard_count,
+                    users_target=settings.shard_users_target,
+                    minimum=settings.shard_count_min,
+                    maximum=settings.shard_count_max,
+                    max_map_length=max_map_length,
+                )
+                chunks = (
+                    _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
+                    for chunk in reader.iter_table("follow_edges")
+                )
+                parts, by_status = partition_by_shard(chunks, plan.shard_count)
+                for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
+                    frames[name] = _as_of(reader.read_table(name), name, cut_off, dropped, excluded)
+            except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
+                raise
+            except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
+                raise LiveStoreError(
+                    f"reading the live store {display_url(url)} failed (the run can be "
+                    f"retried): {one_line(error, url, limit=300)}"
+                ) from error
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(staging_name(target.name, ".partial"))
+        staging.mkdir()
+        try:
+            tables = {}
+            for name, frame in frames.items():
+                relative = f"{name}.parquet"
+                write_parquet(
+                    frame.sort(SORT_KEYS[name]), SNAPSHOT_SCHEMAS[name], staging / relative
+                )
+                tables[name] = {"path": relative, "rows": frame.height}
+            shards = write_follow_edges(parts, plan.shard_count, staging)
+            tables["follow_edges"] = {
+                "path": "follow_edges",
+                "rows": sum(s["rows"] for s in shards),
+            }
+            document = {
+                "snapshot_date": paths.snapshot_date.isoformat(),
+                "cut_off": paths.as_of.isoformat(),
+                "frozen_by_run_id": paths.run_id,
+                "rebuilt": rebuild,
+                "store": {
+                    "backend": backend,
+                    "url": display_url(settings.live_store_url),
+                    "read_from": "store" if standby is None else "standby",
+                    "newest_timestamp": newest.isoformat() if newest is not None else None,
+                },
+                "shard_count": plan.shard_count,
+                "eligible_users": plan.eligible_users,
+                "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
+                "row_counts": {name: tables[name]["rows"] for name in SNAPSHOT_SCHEMAS},
+                "follow_edges_by_status": by_status,
+                "follow_edges_shards": shards,
+                "excluded_after_cut_off": dict(sorted(excluded.items())),
+            }
+            write_json(staging / MANIFEST, document)
+            _swap_in(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        log.info("retained snapshot %s: %s (left out after the cut-off: %s)",
+                 target, document["row_counts"], document["excluded_after_cut_off"])  # fmt: skip
+        return standby
+
+
+def refuse_stale(paths: RunPaths, newest: dt.datetime, lag_hours: float) -> None:
+    """Raise ``SnapshotNotRetainedError`` when the store's newest timestamp ``newest`` (naive UTC)
+    is more than ``lag_hours`` past the run's cut-off: the store no longer shows that date."""
+    cut_off = paths.as_of.replace(tzinfo=None)
+    if newest <= cut_off + dt.timedelta(hours=lag_hours):
+        return
+    day = paths.snapshot_date.isoformat()
+    raise SnapshotNotRetainedError(
+        f"no snapshot of {day} is retained ({folder(paths.home, paths.snapshot_date)}) and the "
+        f"live store has moved past its cut-off {cut_off.isoformat()}Z (its newest account "
+        f"creation or activity is {newest.isoformat()}Z): a run of that date from it would not "
+        "see the graph as it was. Rebuild it from the live store as of the cut-off with "
+        '--rebuild-snapshot (DAG run conf {"rebuild_snapshot": true}); a rebuilt snapshot keeps '
+        "only rows created by the cut-off and cannot bring back what was removed or changed "
+        "since (README, 'Backfills and reruns')"
+    )
+
+
+def _newest(users: pl.DataFrame) -> dt.datetime | None:
+    """The latest account creation or activity in the store (naive UTC), None if empty."""
+    latest = users.select(pl.max_horizontal(pl.col("created_at").max(),
+                                            pl.col("last_active_at").max())).item()  # fmt: skip
+    return latest
+
+
+def _users_as_of(
+    users: pl.DataFrame, cut_off: dt.datetime
+) -> tuple[pl.DataFrame, pl.Series, dict[str, int]]:
+    """The accounts that existed by the cut-off, ``last_active_at`` clamped to it; the ids of
+    the later ones (rows naming them are dropped too); rows left out per table so far."""
+    later = pl.col("created_at") >= cut_off
+    dropped = users.filter(later).get_column("user_id")
+    kept = users.filter(later.not_() | pl.col("created_at").is_null()).with_columns(
+        pl.when(pl.col("last_active_at") > cut_off)
+        .then(pl.lit(cut_off, dtype=pl.Datetime("us")))
+        .otherwise(pl.col("last_active_at"))
+        .alias("last_active_at")
+    )
+    return kept, dropped, {"users": dropped.len()}
+
+
+def _as_of(
+    frame: pl.DataFrame,
+    name: str,
+    cut_off: dt.datetime,
+    dropped: pl.Series,
+    excluded: dict[str, int],
+) -> pl.DataFrame:
+    """``frame``'s rows that existed by the cut-off (``CUT_OFF_COLUMNS``) and name no account
+    created after it; counts what it leaves out in ``excluded[name]``."""
+    keep = pl.lit(True)
+    column = CUT_OFF_COLUMNS.get(name)
+    if column is not None:  # the data interval is half-open: the cut-off itself is the next day
+        keep = keep & (pl.col(column) < cut_off).fill_null(True)
+    if dropped.len():
+        for account in ACCOUNT_COLUMNS.get(name, ()):
+            keep = keep & pl.col(account).is_in(dropped.implode()).not_()
+    kept = frame.filter(keep)
+    excluded[name] = excluded.get(name, 0) + frame.height - kept.height
+    return kept
+
+
+def _eligible(users: pl.DataFrame, cut_off: dt.datetime, window_days: int) -> int:
+    since = cut_off - dt.timedelta(days=window_days)
+    return users.filter(
+        (pl.col("account_status") == "active") & (pl.col("last_active_at") >= since)
+    ).height
+
+
+def write_parquet(frame: pl.DataFrame, contract: dict[str, pl.DataType], path: Path) -> None:
+    """Write ``frame`` (checked against ``contract``) with ``PARQUET_OPTIONS``."""
+    check_schema(frame.schema, contract, path.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = frame.select(list(contract)).to_arrow().cast(arrow_schema(contract))
+    pq.write_table(table, path, **PARQUET_OPTIONS)
+
+
+def shard_path(shard_id: int) -> str:
+    """Relative path of one follow-edge partition inside a snapshot folder."""
+    return f"follow_edges/shard_id={shard_id:03d}/part-0.parquet"
+
+
+def partition_by_shard(
+    chunks: Iterator[pl.DataFrame], shard_count: int
+) -> tuple[dict[int, list[pl.DataFrame]], dict[str, int]]:
+    """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read; returns the
+    unsorted pieces of each shard and the row count per ``status``. Chunk by chunk, not the
+    whole table: a global ``partition_by`` doubles peak memory (``bench/README.md``)."""
+    parts: dict[int, list[pl.DataFrame]] = {}
+    by_status: dict[str, int] = {}
+    for chunk in chunks:
+        for status, count in chunk.group_by("status").len().iter_rows():
+            by_status[status] = by_status.get(status, 0) + count
+        keyed = chunk.with_columns(shard_expr("follower_id", shard_count).alias("_shard"))
+        for key, part in keyed.partition_by("_shard", as_dict=True, include_key=False).items():
+            parts.setdefault(int(key[0]), []).append(part)
+    return parts, dict(sorted(by_status.items()))
+
+
+def write_follow_edges(
+    parts: dict[int, list[pl.DataFrame]], shard_count: int, target: Path
+) -> list[dict[str, Any]]:
+    """Write every shard ``0 .. shard_count-1`` (empty ones too), each sorted by its key, in a
+    thread pool (sorting, encoding and compression release the GIL); consumes ``parts``."""
+    contract = SNAPSHOT_SCHEMAS["follow_edges"]
+    empty = [pl.DataFrame(schema=contract)]
+
+    def write(shard_id: int) -> dict[str, Any]:
+        part = pl.concat(parts.pop(shard_id, empty)).sort(SORT_KEYS["follow_edges"])
+        relative = shard_path(shard_id)
+        write_parquet(part, contract, target / relative)
+        return {"shard_id": shard_id, "path": relative, "rows": part.height}
+
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="recs-snap") as pool:
+        return list(pool.map(write, range(shard_count)))
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    """Make ``staging`` the retained folder ``target`` (an old one is moved aside, then gone)."""
+    aside = target.with_name(staging_name(target.name, ".old"))
+    if target.exists():
+        os.rename(target, aside)
+    os.rename(staging, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def _date_lock(target: Path) -> Iterator[None]:
+    """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{target.name}.lock").open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

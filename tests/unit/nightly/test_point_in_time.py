@@ -1,0 +1,195 @@
+"""Snapshots as of their run's cut-off, retained per date, reused by reruns and backfills.
+
+The store (SQLite and PostgreSQL) holds a history around two dates. Cut-off of 2026-11-01 =
+2026-11-02 00:00 UTC. By hand, with ``D = 2026-11-02 00:00``::
+
+    users      1, 2  created 2026-10-01;  3 created 2026-11-01 12:00;  4 created 2026-11-05
+               last activity: 1 2026-11-06 (clamped to D), 2 2026-10-20, 3 2026-11-01 18:00,
+               4 2026-11-06
+    follows    1->2 10-02, 2->1 10-02, 1->3 11-01 20:00, 3->1 11-03 (after D),
+               4->1 11-05 (names 4: after D anyway), 2->3 11-04 (after D)
+    blocks     2 blocks 3 at 11-03 (after D);  mutes 1 mutes 2 at 10-15
+    dismissed  2 dismissed 3 at 11-01 21:00;  interests 1 music, 4 sports (4 goes: created after D)
+
+As of 2026-11-01: users 1 2 3; follows 1->2 2->1 1->3; no blocks; the mute; the dismissal;
+interest 1 music. The store's newest timestamp is 2026-11-06, more than 36 h after D, so a run
+of 2026-11-01 needs a retained snapshot or an explicit rebuild; a run of 2026-11-05 (cut-off
+11-06 00:00) is fresh enough.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+from history_store import CUT_OFF, at, build_store
+
+from recs.config import Settings
+from recs.errors import RunInProgressError, ShardPlanError, SnapshotNotRetainedError
+from recs.files import read_json
+from recs.nightly import pipeline, retained
+from recs.nightly.runs import RunPaths
+from recs.nightly.snapshot import freeze_snapshot
+
+
+@pytest.fixture
+def settings(store_url: str, tmp_path: Path) -> Settings:
+    url = None if store_url.startswith("sqlite") else store_url
+    settings = Settings(home=tmp_path / "home", store_url=url, shard_count_min=1)
+    build_store(settings)
+    return settings
+
+
+def _table(paths: RunPaths, name: str) -> pl.DataFrame:
+    return pl.read_parquet(paths.snapshot_dir / f"{name}.parquet")
+
+
+def _edges(paths: RunPaths) -> list[tuple[int, int]]:
+    frame = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "**" / "*.parquet")
+    return sorted(zip(frame["follower_id"].to_list(), frame["followee_id"].to_list(), strict=True))
+
+
+def test_a_past_date_without_a_retained_snapshot_is_refused_and_writes_nothing(settings):
+    paths = RunPaths.create(settings.home, "2026-11-01", "backfill-1")
+    with pytest.raises(SnapshotNotRetainedError) as raised:
+        freeze_snapshot(paths, settings)
+    message = str(raised.value)
+    assert message.startswith("no snapshot of 2026-11-01 is retained")
+    assert "2026-11-06T00:00:00Z" in message and "--rebuild-snapshot" in message
+    assert not paths.snapshot_dir.exists()
+    assert not retained.is_complete(retained.folder(settings.home, paths.snapshot_date))
+
+
+def test_a_rebuilt_snapshot_holds_only_what_existed_by_the_cut_off(settings):
+    paths = RunPaths.create(settings.home, "2026-11-01", "backfill-1")
+    freeze_snapshot(paths, settings, rebuild=True)
+    users = _table(paths, "users").sort("user_id")
+    assert users["user_id"].to_list() == [1, 2, 3]
+    assert users["last_active_at"].to_list() == [CUT_OFF, dt.datetime(2026, 10, 20), at(0.75)]
+    assert _edges(paths) == [(1, 2), (1, 3), (2, 1)]
+    assert _table(paths, "blocks").height == 0
+    assert _table(paths, "mutes")["muted_id"].to_list() == [2]
+    assert _table(paths, "dismissed_candidates")["candidate_id"].to_list() == [3]
+    assert _table(paths, "user_interests")["tag"].to_list() == ["music"]
+    manifest = read_json(paths.snapshot_manifest)
+    assert manifest["cut_off"] == "2026-11-02T00:00:00+00:00"
+    assert manifest["source"]["kind"] == "rebuilt" and manifest["source"]["rebuilt"] is True
+    assert manifest["excluded_after_cut_off"] == {
+        "users": 1, "follow_edges": 3, "blocks": 1, "mutes": 0, "dismissed_candidates": 0,
+        "user_interests": 1,
+    }  # fmt: skip
+
+
+def test_a_fresh_date_reads_the_live_store_without_asking(settings):
+    """2026-11-05: cut-off 11-06 00:00, the store's newest timestamp: allowed, not rebuilt."""
+    paths = RunPaths.create(settings.home, "2026-11-05", "nightly")
+    result = freeze_snapshot(paths, settings)
+    manifest = read_json(paths.snapshot_manifest)
+    assert result["source"] == "live_store"
+    assert manifest["source"]["kind"] == "live_store" and manifest["source"]["rebuilt"] is False
+    assert _edges(paths) == [(1, 2), (1, 3), (2, 1), (2, 3), (3, 1), (4, 1)]
+
+
+def test_a_rerun_and_a_backfill_reuse_the_retained_snapshot_without_the_store(settings):
+    """After a rebuild of 2026-11-01 the store is deleted (SQLite) or its URL broken: another
+    run of that date still gets the same tables, byte for byte, from snapshots/2026-11-01/."""
+    first = RunPaths.create(settings.home, "2026-11-01", "backfill-1")
+    freeze_snapshot(first, settings, rebuild=True)
+    gone = settings.model_copy(update={"store_url": "sqlite:////nonexistent/live.db"})
+    second = RunPaths.create(settings.home, "2026-11-01", "backfill-2")
+    result = freeze_snapshot(second, gone)
+    assert result["source"] == "retained"
+    for name in ("users", "blocks", "mutes", "dismissed_candidates", "user_interests"):
+        assert (second.snapshot_dir / f"{name}.parquet").read_bytes() == (
+            first.snapshot_dir / f"{name}.parquet"
+        ).read_bytes()
+    assert _edges(second) == _edges(first)
+    manifest = read_json(second.snapshot_manifest)
+    assert manifest["source"]["frozen_by_run_id"] == "backfill-1"
+
+
+def test_a_retained_snapshot_is_repartitioned_for_another_plan(settings):
+    first = RunPaths.create(settings.home, "2026-11-01", "four")
+    freeze_snapshot(first, settings.model_copy(update={"shard_count": 4}), rebuild=True)
+    second = RunPaths.create(settings.home, "2026-11-01", "two")
+    freeze_snapshot(second, settings.model_copy(update={"shard_count": 2}))
+    assert sorted(p.name for p in (second.snapshot_dir / "follow_edges").iterdir()) == [
+        "shard_id=000", "shard_id=001",
+    ]  # fmt: skip
+    assert _edges(second) == _edges(first)
+    assert read_json(second.snapshot_manifest)["shard_count"] == 2
+
+
+def test_the_shard_plan_comes_from_the_eligible_users(settings):
+    """2026-11-05: eligible (active within 30 days of 11-06) = 1 2 3 4 (2 was active 10-20);
+    2 users per shard → 2 shards; a fixed RECS_SHARD_COUNT wins; a plan over Airflow's
+    max_map_length fails before anything is written."""
+    paths = RunPaths.create(settings.home, "2026-11-05", "plan")
+    planned = settings.model_copy(update={"shard_users_target": 2, "shard_count_max": 8})
+    freeze_snapshot(paths, planned)
+    manifest = read_json(paths.snapshot_manifest)
+    assert manifest["shard_plan"]["eligible_users"] == 4
+    assert manifest["shard_count"] == 2 == pipeline.run_settings(paths).shard_count
+    fixed = RunPaths.create(settings.home, "2026-11-05", "fixed")
+    freeze_snapshot(fixed, planned.model_copy(update={"shard_count": 5}))
+    assert read_json(fixed.snapshot_manifest)["shard_count"] == 5
+    huge = RunPaths.create(settings.home, "2026-11-05", "huge")
+    with pytest.raises(ShardPlanError, match="max_map_length is 1"):
+        freeze_snapshot(huge, planned, max_map_length=1)
+    assert not huge.snapshot_dir.exists()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from recs.nightly.locks import run_lock
+    from recs.nightly.runs import RunPaths
+    with run_lock(RunPaths.create(sys.argv[1], sys.argv[2], sys.argv[3])):
+        print("held", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_a_second_run_of_a_run_in_progress_is_refused_and_touches_nothing(settings):
+    """Another process holds the run (as a running `recs run` does): freezing it is refused at
+    once with "... is in progress", and nothing of the run or the retained snapshot appears."""
+    paths = RunPaths.create(settings.home, "2026-11-05", "busy")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(settings.home), "2026-11-05", "busy"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunInProgressError, match="run busy of 2026-11-05 is in progress"):
+            freeze_snapshot(paths, settings)
+        with pytest.raises(RunInProgressError):
+            pipeline.run_all(settings.home, "2026-11-05", "busy", settings)
+        assert not paths.snapshot_dir.exists()
+        assert not retained.folder(settings.home, paths.snapshot_date).exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    freeze_snapshot(paths, settings)  # the holder is gone: the kernel dropped its lock
+    assert paths.snapshot_manifest.exists()
+
+
+def test_a_rerun_with_fewer_shards_removes_the_others(settings):
+    paths = RunPaths.create(settings.home, "2026-11-05", "shrink")
+    freeze_snapshot(paths, settings.model_copy(update={"shard_count": 2}))
+    for shard_id in (0, 1):
+        paths.shard_dir(shard_id).mkdir(parents=True)
+        (paths.shard_dir(shard_id) / "recommendations.parquet").write_bytes(b"old")
+    freeze_snapshot(paths, settings.model_copy(update={"shard_count": 1}))
+    assert pipeline.plan_shards(paths) == [0]
+    assert sorted(p.name for p in paths.shards_dir.iterdir() if not p.name.startswith(".")) == [
+        "shard_id=000"
+    ]
