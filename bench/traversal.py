@@ -100,9 +100,9 @@ def prepare_run(args) -> tuple[Any, dict[str, Any]]:
     """
     from recs.demo.synthetic import generate_graph
     from recs.errors import RecsError
-    from recs.graph import load_graph
     from recs.nightly import pipeline
     from recs.nightly.runs import RunPaths
+    from recs.traversal.graph import load_graph
 
     home = Path(args.home)
     marker = home / "bench-graph.json"
@@ -167,7 +167,7 @@ def active_edges(paths, followers):
 def shard_users(paths, shard_id: int):
     import numpy as np
 
-    from recs.traversal import eligible_user_ids
+    from recs.traversal.inputs import eligible_user_ids
 
     settings = run_settings(paths)
     return np.asarray(eligible_user_ids(paths, shard_id, settings.shard_count))
@@ -306,9 +306,9 @@ def time_reference(paths, users) -> list[Timing]:
     import numpy as np
     import polars as pl
 
-    from recs.graph import load_graph
     from recs.sampling import rank_within_groups, sample_order
     from recs.testing.reference import recommend_from_follows
+    from recs.traversal.graph import load_graph
 
     settings = run_settings(paths)
     wanted = [int(u) for u in users]
@@ -567,7 +567,8 @@ def run_shard_child(home: str, run_id: str, shard_id: int, repeat: int) -> None:
     """Child mode: run traverse_shard ``repeat`` times in this fresh process; print JSON."""
     started = time.perf_counter()
     from recs.nightly.runs import RunPaths
-    from recs.traversal import memory_mb, traverse_shard
+    from recs.traversal import traverse_shard
+    from recs.traversal.output import memory_mb
 
     imported = time.perf_counter() - started
     paths = RunPaths.create(home, SNAPSHOT_DATE, run_id)
@@ -589,8 +590,8 @@ def baseline_child() -> None:
     """Child mode: the same imports and one compiled call, no shard: the fixed RSS."""
     import numpy as np
 
-    from recs.graph import DenseIndex
-    from recs.traversal import memory_mb
+    from recs.traversal.ids import DenseIndex
+    from recs.traversal.output import memory_mb
 
     DenseIndex(np.arange(10, dtype=np.int64) * 10**12)(np.arange(3))
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -736,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         paths, info = prepare_run(args)
     settings = run_settings(paths)
-    from recs.graph import load_graph
+    from recs.traversal.graph import load_graph
 
     graph = load_graph(paths.graph_dir)
     check_shard = 0

@@ -11,7 +11,6 @@ import pytest
 from polars.testing import assert_frame_equal
 from traversal_fixtures import AS_OF, Fixture, User, settings_for, write_run
 
-from recs.graph import build_graph
 from recs.sampling import capped_follows
 from recs.testing.reference import (
     activity_recency,
@@ -20,6 +19,7 @@ from recs.testing.reference import (
     score,
 )
 from recs.traversal import traverse_shard
+from recs.traversal.graph import build_graph
 
 DAY = dt.timedelta(days=1)
 
@@ -174,8 +174,9 @@ def test_counts_only_reference_gives_the_same_rows(tmp_path):
 def test_kernel_chunks_give_the_same_rows(tmp_path):
     """The kernel runs users in chunks with one set of reused output buffers: chunks of 7
     users give exactly the rows of one chunk (stale buffer contents never leak)."""
-    from recs.graph import load_graph
-    from recs.traversal import recommend_users, shard_inputs
+    from recs.traversal.graph import load_graph
+    from recs.traversal.inputs import shard_inputs
+    from recs.traversal.kernel import recommend_users
 
     settings = settings_for(tmp_path, shard_count=3, hop1_cap=40, hop2_cap=15)
     paths = write_run(random_fixture(13, n_users=800), settings)
@@ -184,7 +185,7 @@ def test_kernel_chunks_give_the_same_rows(tmp_path):
     inputs = shard_inputs(paths, settings, 1, graph)
     whole = recommend_users(inputs, graph, settings)
     chunked = recommend_users(inputs, graph, settings, users_per_chunk=7)
-    assert len(whole.user) > 500
+    assert len(whole.rows.user) > 500
     for name in ("user", "candidate", "mutual_count", "score", "rank", "followed_by",
                  "followed_by_n"):
-        assert np.array_equal(getattr(whole, name), getattr(chunked, name)), name
+        assert np.array_equal(getattr(whole.rows, name), getattr(chunked.rows, name)), name

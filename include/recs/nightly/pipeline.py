@@ -58,7 +58,7 @@ def build_models(paths: RunPaths) -> dict[str, Any]:
 
 def build_graph(paths: RunPaths) -> dict[str, Any]:
     """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
-    from recs.graph import build_graph as _build
+    from recs.traversal.graph import build_graph as _build
 
     with run_lock(paths):
         return _build(paths, run_settings(paths))

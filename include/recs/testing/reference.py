@@ -176,7 +176,7 @@ def reference_shard(paths, settings, shard_id: int):
     import polars as pl
 
     from recs.contracts import RECOMMENDATION_SCHEMA, SNAPSHOT_SCHEMAS
-    from recs.graph import partition_files
+    from recs.traversal.inputs import partition_files
 
     snapshot = Path(paths.snapshot_dir)
     exports = Path(paths.exports_dir)

@@ -1,5 +1,10 @@
 """Builds tiny runs on disk (snapshot + dbt exports) for the graph and traversal tests.
 
+Every traversal test runs a fixture written by ``write_run`` through ``build_graph`` and
+``traverse_shard`` (``run``); the expected rows are derived by hand in each test's docstring.
+Sample orders that matter are pinned in test_sampling / asserted with ``capped_follows`` (seed
+20240601): user 1's follows 10, 11, 12 come in the order 10, 12, 11.
+
 The files follow ``recs.contracts`` exactly and the layout of ``recs.runs``: follow edges under
 ``snapshot/follow_edges/shard_id=NNN/part-0.parquet`` (zero-padded, by shard of follower_id),
 exports under ``exports/<name>/shard_id=N/data_0.parquet`` (not padded, as DuckDB writes them;
@@ -20,7 +25,11 @@ from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, conform
 from recs.files import write_json
 from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
+from recs.traversal import traverse_shard
+from recs.traversal.graph import build_graph
 
+SEED = 20_240_601
+DAY = dt.timedelta(days=1)
 SNAPSHOT_DATE = dt.date(2026, 11, 1)
 AS_OF = dt.datetime(2026, 11, 2)  # midnight UTC after the snapshot date (RunPaths.as_of)
 CREATED = dt.datetime(2025, 1, 1)
@@ -148,3 +157,47 @@ def _write_by_shard(frame: pl.DataFrame, root, shards: int) -> None:
         with_shard.filter(pl.col("shard") == shard).drop("shard").write_parquet(
             part / "data_0.parquet"
         )
+
+
+def run(fixture: Fixture, settings, shard_id: int = 0):
+    """Write ``fixture``, build its graph, traverse one shard: ``(paths, manifest, frame)``."""
+    paths = write_run(fixture, settings)
+    build_graph(paths, settings)
+    manifest = traverse_shard(paths, settings, shard_id)
+    return paths, manifest, pl.read_parquet(paths.shard_output(shard_id))
+
+
+def rows(frame: pl.DataFrame) -> list[tuple]:
+    """(user, candidate, mutual_count, score rounded to 1e-12, rank, followed_by) per row."""
+    return [
+        (r["user_id"], r["candidate_id"], r["mutual_count"], round(r["score"], 12), r["rank"],
+         r["followed_by"])
+        for r in frame.iter_rows(named=True)
+    ]
+
+
+def only_user_1(ids, **attributes) -> list[User]:
+    """User 1 is the only eligible user; everyone else exists but is not refreshed tonight."""
+    return [User(1)] + [User(i, eligible=False, **attributes) for i in ids]
+
+
+def exclusion_graph() -> Fixture:
+    """User 1 follows 10, 11, 12 (active) and 13 (pending); every pre-rank filter applies to
+    some account two hops away (test_predicates derives the counts)."""
+    follows = {
+        10: [20, 21, 23, 13, 1, 11, 24, 27, 29, 31],
+        11: [20, 21, 24, 25, 13, 1, 28, 29, 30],
+        12: [20, 22, 25, 26, 11, 27, 28, 30, 31],
+        13: [22, 23, 26],
+    }
+    edges = [(1, 10, "active"), (1, 11, "active"), (1, 12, "active"), (1, 13, "pending")]
+    edges += [(f, t, "active") for f, targets in follows.items() for t in targets]
+    users = only_user_1([10, 11, 12, 13, 20, 22, 23, 26, 27, 28, 29, 30, 31])
+    users += [
+        User(21, last_active_at=AS_OF - 14 * DAY, eligible=False),
+        User(24, account_status="suspended", eligible=False),
+        User(25, is_discoverable=False, eligible=False),
+    ]
+    exclusions = [(1, 27, "blocked"), (1, 28, "blocked_by"), (1, 29, "muted"),
+                  (1, 30, "dismissed")]
+    return Fixture(users=users, edges=edges, exclusions=exclusions, missing_profiles={31})

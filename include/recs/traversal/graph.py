@@ -1,31 +1,24 @@
-"""The run's capped follow graph as a read-only CSR adjacency (ARCHITECTURE §3, "capped CSR").
+"""The run's capped follow graph: a read-only CSR adjacency (ARCHITECTURE §3, "capped CSR").
 
-Only second-hop lists need the whole graph, and each is capped at ``hop2_cap``; so the graph a
-shard task needs is every user's first ``hop2_cap`` active follows in sample order
-(``recs.sampling``), stored once per run under ``paths.graph_dir`` and memory-mapped read-only by
-every shard task, which then share it through the page cache::
+Only second-hop lists need the whole graph, each capped at ``hop2_cap``: ``build_graph`` stores
+every account's first ``hop2_cap`` active follows in sample order (``recs.sampling``) once per
+run under ``paths.graph_dir``; every shard task memory-maps it read-only (``load_graph``), so
+they share it through the page cache and keep no private O(n_nodes) state::
 
-    graph/user_ids.npy   int64[n_nodes]      sorted original user ids; dense id = position
-    graph/indptr.npy     int64[n_nodes + 1]  row u is indices[indptr[u]:indptr[u + 1]]
-    graph/indices.npy    int32[n_edges]      dense followee ids, each row in sample order
-    graph/activity.npy   float64[n_nodes]    candidate signal per node: the activity term
-                                             0.5 ** (days_inactive / half_life_days), 0.0 for
-                                             an unknown last_active_at, NaN if the account is
-                                             not recommendable (or has no candidate profile)
-    graph/id_index.npy   original id -> dense id: int32[id span] lookup table, or an
-                         int64[2, 2**bits] open-addressing hash table (``DenseIndex``)
-    graph/meta.json      counts and the settings the graph was built with
+    user_ids.npy   int64[n_nodes]      sorted original user ids; dense id = position
+    indptr.npy     int64[n_nodes + 1]  row u is indices[indptr[u]:indptr[u + 1]]
+    indices.npy    int32[n_edges]      dense followee ids, each row in sample order
+    activity.npy   float64[n_nodes]    ``ranking.activity_term`` per account; NaN if it is not
+                                       recommendable (``predicates.recommendable_profiles``)
+    id_index.npy   original id -> dense id (``ids.DenseIndex``: a table or a hash table)
+    meta.json      counts and the settings the graph was built with
 
-Every array a shard task needs that scales with the graph (not with the shard) is here, built
-once per run and shared: a shard process keeps no private O(n_nodes) state, so its memory grows
-with its own users, follows and output only (ARCHITECTURE §3 and §6).
-
-The node universe is ``snapshot/users.parquet``. Follow edges that are not ``active`` are not
-expanded; edges with an endpoint missing from ``users``, self-follows and duplicate pairs are
-dropped and counted in ``meta.json``. Building is vectorised NumPy, one snapshot partition at a
-time, so peak memory is one partition's edges plus the capped result. The candidate signal comes
-from the dbt export ``exports/candidate_profiles.parquet`` (so ``build_graph`` runs after
-``build_models``, as in the DAG).
+The node universe is ``snapshot/users.parquet``; follow edges come from
+``snapshot/follow_edges`` (not ``active``: not expanded; an endpoint missing from ``users``,
+self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity from the
+dbt export ``exports/candidate_profiles.parquet`` (so it runs after ``build_models``). Built with
+vectorised NumPy one snapshot partition at a time: peak memory is one partition's edges plus
+the capped result. Errors: ``RunNotFoundError``, ``SchemaMismatchError``, ``StaleGraphError``.
 """
 
 from __future__ import annotations
@@ -33,18 +26,20 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from recs.errors import RunNotFoundError, SchemaMismatchError
+from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, write_json
 from recs.sampling import rank_within_groups, sample_keys
+from recs.traversal.ids import DenseIndex
+from recs.traversal.inputs import partition_files
+from recs.traversal.predicates import recommendable_profiles
+from recs.traversal.ranking import activity_term
 
 log = logging.getLogger("recs.graph")
 
@@ -53,27 +48,11 @@ GRAPH_FILES = (
 )
 #: 2: adds activity.npy and id_index.npy (format 1 graphs must be rebuilt).
 GRAPH_FORMAT_VERSION = 2
-_MICROS_PER_DAY = 86_400_000_000
-_PARTITION_DIR = re.compile(r"^shard_id=(\d+)$")
 
 
-def partition_files(root: Path) -> dict[int, list[Path]]:
-    """Parquet files of a Hive-partitioned folder, by shard id: ``{shard_id: [file, ...]}``.
-
-    Reads ``root/shard_id=N/*.parquet`` whether ``N`` is zero-padded (``freeze_snapshot``
-    writes ``shard_id=007``) or not (DuckDB exports write ``shard_id=7``). Files are sorted by
-    name so the read order, and so the output, is deterministic. A missing ``root`` yields ``{}``.
-    """
-    found: dict[int, list[Path]] = {}
-    root = Path(root)
-    if not root.is_dir():
-        return found
-    for child in sorted(root.iterdir()):
-        match = _PARTITION_DIR.match(child.name)
-        if match and child.is_dir():
-            files = sorted(child.glob("*.parquet"))
-            found.setdefault(int(match.group(1)), []).extend(files)
-    return {shard: sorted(files) for shard, files in sorted(found.items())}
+class StaleGraphError(RecsError):
+    """The run's graph was built with other settings (``hop2_cap``, ``sample_seed``,
+    ``half_life_days``) or for another ``as_of``."""
 
 
 def read_user_ids(users_path: Path) -> np.ndarray:
@@ -84,125 +63,6 @@ def read_user_ids(users_path: Path) -> np.ndarray:
     if frame.schema["user_id"] != pl.Int64:
         raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
     return np.unique(frame["user_id"].drop_nulls().to_numpy())
-
-
-_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
-
-
-@njit(cache=True, nogil=True)
-def _hash_build(keys, bits):  # pragma: no cover - compiled
-    """Open-addressing (linear probing) table of ``keys`` -> position, 2**bits slots."""
-    size = 1 << bits
-    mask = size - 1
-    slot_keys = np.zeros(size, dtype=np.int64)
-    slot_values = np.full(size, -1, dtype=np.int32)
-    shift = np.uint64(64 - bits)
-    for i in range(len(keys)):
-        key = keys[i]
-        h = np.int64((np.uint64(key) * _FIBONACCI) >> shift)
-        while slot_values[h] >= 0 and slot_keys[h] != key:
-            h = (h + 1) & mask
-        slot_keys[h] = key
-        slot_values[h] = i
-    return slot_keys, slot_values
-
-
-@njit(cache=True, nogil=True)
-def _hash_lookup(slot_keys, slot_values, bits, ids):  # pragma: no cover - compiled
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    out = np.empty(len(ids), dtype=np.int32)
-    for i in range(len(ids)):
-        key = ids[i]
-        h = np.int64((np.uint64(key) * _FIBONACCI) >> shift)
-        value = -1
-        while slot_values[h] >= 0:
-            if slot_keys[h] == key:
-                value = slot_values[h]
-                break
-            h = (h + 1) & mask
-        out[i] = value
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _table_lookup(table, low, ids):  # pragma: no cover - compiled
-    out = np.empty(len(ids), dtype=np.int32)
-    size = len(table)
-    for i in range(len(ids)):
-        offset = ids[i] - low
-        out[i] = table[offset] if 0 <= offset < size else -1
-    return out
-
-
-class DenseIndex:
-    """Maps original user ids to dense ids (positions in sorted ``user_ids``), vectorised.
-
-    When the ids are compact (their span is at most ``4 * n + 65536``, as for datasets and the
-    store's own ids) it keeps an ``int32`` lookup table over the span: one gather per id, in one
-    compiled pass (12.5 ms against 84 ms for a NumPy mask-and-gather of 3.1 M ids).
-    Otherwise it builds a compiled open-addressing hash table (Fibonacci hashing, Knuth TAOCP
-    vol. 3 §6.4; at most half full). A binary search (``np.searchsorted``) was 5-10x slower on
-    millions of random ids. Unknown ids map to ``-1``.
-    """
-
-    def __init__(self, user_ids: np.ndarray):
-        self.user_ids = user_ids
-        self.table: np.ndarray | None = None
-        self.hashed: tuple[np.ndarray, np.ndarray, int] | None = None
-        self.low = 0
-        n = len(user_ids)
-        if n == 0:
-            return
-        self.low = int(user_ids[0])
-        span = int(user_ids[-1]) - self.low + 1
-        if span <= 4 * n + 65_536:
-            self.table = np.full(span, -1, dtype=np.int32)
-            self.table[np.asarray(user_ids, dtype=np.int64) - self.low] = np.arange(
-                n, dtype=np.int32
-            )
-        else:
-            bits = max(4, int(2 * n - 1).bit_length())
-            slot_keys, slot_values = _hash_build(np.asarray(user_ids, dtype=np.int64), bits)
-            self.hashed = (slot_keys, slot_values.astype(np.int64), bits)
-
-    def saved(self) -> tuple[np.ndarray, dict[str, Any]]:
-        """``(array, spec)`` to persist: the ``int32`` table, or the hash table as
-        ``int64[2, 2**bits]`` (keys, positions); ``spec`` is JSON-able (``kind``, ``low``,
-        ``bits``). ``from_saved`` inverts it without rebuilding anything."""
-        if self.table is not None:
-            return self.table, {"kind": "table", "low": self.low}
-        if self.hashed is not None:
-            slot_keys, slot_values, bits = self.hashed
-            return np.stack([slot_keys, slot_values]), {"kind": "hash", "bits": bits}
-        return np.zeros(0, dtype=np.int32), {"kind": "empty"}
-
-    @classmethod
-    def from_saved(cls, user_ids: np.ndarray, array: np.ndarray, spec: dict[str, Any]):
-        """The index over ``user_ids`` from ``saved()``'s output (e.g. memory-mapped arrays)."""
-        index = cls.__new__(cls)
-        index.user_ids, index.table, index.hashed, index.low = user_ids, None, None, 0
-        if spec["kind"] == "table":
-            index.table, index.low = array, int(spec["low"])
-        elif spec["kind"] == "hash":
-            index.hashed = (array[0], array[1], int(spec["bits"]))
-        return index
-
-    def __call__(self, ids) -> np.ndarray:
-        """Dense ids (``int32``: a graph has fewer than 2**31 nodes) of ``ids`` (any integer
-        array); ``-1`` where unknown."""
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        if len(self.user_ids) == 0:
-            return np.full(len(ids), -1, dtype=np.int32)
-        if self.table is not None:
-            return _table_lookup(self.table, np.int64(self.low), ids)
-        slot_keys, slot_values, bits = self.hashed
-        return _hash_lookup(slot_keys, slot_values, bits, ids)
-
-
-def to_dense(user_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Dense ids (``int32``) of original ``ids`` in sorted ``user_ids``; ``-1`` where unknown."""
-    return DenseIndex(user_ids)(ids)
 
 
 def sample_sorted(
@@ -288,14 +148,11 @@ def candidate_activity(
 ) -> np.ndarray:
     """Per-node candidate signal from ``candidate_profiles.parquet``: ``float64[n_nodes]``.
 
-    ``activity = 0.5 ** (days_inactive / half_life_days)`` with ``days_inactive = max(0, as_of
-    - last_active_at)`` in days (``as_of`` naive UTC; the design's ``activity_recency_score``),
-    0.0 for a null ``last_active_at``; NaN for an account that is not ``is_recommendable``
-    (suspended, deactivated, not discoverable) or has no profile row, so one array answers both
-    "may it be recommended" and "what is its activity term". Polars evaluates the expression
-    (division by a literal as a multiplication by its reciprocal, its own ``pow``), so it may
-    differ from a scalar ``0.5 ** x`` in the last bit; reruns are bit-identical. Read in record
-    batches of 1 M rows. Raises ``RunNotFoundError`` if the file is missing.
+    ``ranking.activity_term`` at ``as_of`` (naive UTC) for the accounts
+    ``predicates.recommendable_profiles`` keeps; NaN for every other account and for one with no
+    profile row, so one array answers both "may it be recommended" and "what is its activity
+    term". Read in record batches of 1 M rows. Raises ``RunNotFoundError`` if the file is
+    missing.
     """
     import polars as pl
     import pyarrow.parquet as pq
@@ -304,17 +161,13 @@ def candidate_activity(
     if not profiles_path.exists():
         raise RunNotFoundError(f"missing export {profiles_path}: run build_models first")
     activity = np.full(n_nodes, np.nan, dtype=np.float64)
-    days_inactive = (
-        (pl.lit(as_of, dtype=pl.Datetime("us")) - pl.col("last_active_at")).dt.total_microseconds()
-        / _MICROS_PER_DAY
-    ).clip(lower_bound=0.0)
-    activity_expr = pl.lit(0.5).pow(days_inactive / half_life_days).fill_null(0.0)
+    activity_expr = activity_term(as_of, half_life_days)
     columns = ["candidate_id", "is_recommendable", "last_active_at"]
     for batch in pq.ParquetFile(profiles_path).iter_batches(batch_size=1 << 20, columns=columns):
         frame = (
             pl.from_arrow(batch)
             .with_columns(pl.col("last_active_at").cast(pl.Datetime("us")))
-            .filter(pl.col("is_recommendable").fill_null(False))
+            .filter(recommendable_profiles())
             .select(pl.col("candidate_id").cast(pl.Int64), activity_expr.alias("activity"))
         )
         dense = index(frame["candidate_id"].to_numpy())
@@ -517,3 +370,21 @@ def load_graph(graph_dir: Path) -> CappedGraph:
         user_ids=user_ids, indptr=indptr, indices=indices, activity=activity, index=index,
         meta=meta,
     )
+
+
+def check_built_for(graph: CappedGraph, settings, as_of: dt.datetime, graph_dir: Path) -> None:
+    """Raise ``StaleGraphError`` unless ``graph`` was built for this run: ``as_of`` (naive UTC),
+    ``sample_seed`` and ``half_life_days`` equal, ``hop2_cap`` at least the settings' (a smaller
+    cap reads a prefix of every row, which is the same sample)."""
+    built = graph.meta
+    wanted = {
+        "sample_seed": settings.sample_seed, "half_life_days": float(settings.half_life_days),
+        "as_of": as_of.isoformat(),
+    }
+    if built["hop2_cap"] < settings.hop2_cap or any(built[k] != v for k, v in wanted.items()):
+        have = ", ".join(f"{k}={built[k]}" for k in ("hop2_cap", *wanted))
+        need = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise StaleGraphError(
+            f"graph {graph_dir} was built with {have}; this run needs hop2_cap="
+            f"{settings.hop2_cap} (or more), {need}: rerun build_graph"
+        )

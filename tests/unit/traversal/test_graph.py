@@ -1,4 +1,4 @@
-"""The capped CSR graph (recs.graph)."""
+"""The capped CSR graph (recs.traversal.graph) and its id map (recs.traversal.ids)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from traversal_fixtures import AS_OF, Fixture, User, settings_for, users_with, w
 from recs.contracts import SNAPSHOT_SCHEMAS
 from recs.errors import RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, write_json
-from recs.graph import DenseIndex, build_graph, load_graph, partition_files, sample_sorted
 from recs.sampling import capped_follows, sample_keys
+from recs.traversal.graph import build_graph, load_graph, sample_sorted
+from recs.traversal.ids import DenseIndex
+from recs.traversal.inputs import partition_files
 
 SEED = 20_240_601
 

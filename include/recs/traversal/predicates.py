@@ -1,0 +1,195 @@
+"""Pre-rank filters (predicates): which counted candidates may be scored (ARCHITECTURE §1).
+
+A candidate is dropped, under the first reason that applies, in this order (``DROP_REASONS``):
+the user itself; an exclusion of the user (reasons of ``follow_exclusions``, in
+``contracts.EXCLUSION_REASONS`` order, then any other reason; the user's own follows of any
+status come from the snapshot partition the task reads anyway); ``mutual_count <
+min_mutual_count``; not recommendable (``recommendable_profiles`` false, or no candidate
+profile: ``graph/activity.npy`` is NaN). The rest are cut to the top
+``max_candidates_to_score`` by ``(mutual_count desc, candidate_id asc)`` before ranking.
+
+A drop reason's code is its position in ``DROP_REASONS`` + 1 (0: not dropped) and is also the
+candidate's slot in the kernel's stage counts. A new exclusion is a new dbt reason (counted under
+``other_exclusion`` until it is named here), or a new code here and a line in ``drop_reason``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recs.contracts import EXCLUSION_REASONS
+from recs.traversal.jit import stage
+from recs.traversal.scratch import claim_slot
+
+#: Why a candidate is not scored, in the order the flow tries them; code = position + 1.
+DROP_REASONS = (
+    "self", *EXCLUSION_REASONS, "other_exclusion", "below_min_mutual_count", "not_recommendable"
+)
+SELF = 1
+FOLLOWING = DROP_REASONS.index("following") + 1
+PENDING = DROP_REASONS.index("pending") + 1
+OTHER_EXCLUSION = DROP_REASONS.index("other_exclusion") + 1
+BELOW_MIN_MUTUAL_COUNT = DROP_REASONS.index("below_min_mutual_count") + 1
+NOT_RECOMMENDABLE = DROP_REASONS.index("not_recommendable") + 1
+#: ``follow_exclusions`` reasons that are the snapshot's own follow edges (see
+#: ``int_exclusions_unioned``): the task takes those from the partition it reads anyway.
+FOLLOW_REASONS = ("following", "pending")
+
+
+def extra_exclusions():
+    """Polars predicate on ``follow_exclusions`` rows: the reasons not in ``FOLLOW_REASONS``."""
+    import polars as pl
+
+    return ~pl.col("reason").is_in(FOLLOW_REASONS).fill_null(False)
+
+
+def exclusion_codes(reasons) -> np.ndarray:
+    """Drop codes (``uint8``) of ``follow_exclusions`` reasons (a Polars string Series);
+    a reason this module does not name, or none, is ``OTHER_EXCLUSION``."""
+    import polars as pl
+
+    codes = {reason: DROP_REASONS.index(reason) + 1 for reason in EXCLUSION_REASONS}
+    return (
+        reasons.replace_strict(codes, default=OTHER_EXCLUSION, return_dtype=pl.UInt8)
+        .fill_null(OTHER_EXCLUSION)
+        .to_numpy()
+        .astype(np.uint8, copy=False)
+    )
+
+
+def recommendable_profiles():
+    """Polars predicate on ``candidate_profiles`` rows: the accounts that may be recommended
+    (``is_recommendable``: active and discoverable; null counts as false). ``build_graph`` gives
+    every other account a NaN activity, which ``is_recommendable`` reads back."""
+    import polars as pl
+
+    return pl.col("is_recommendable").fill_null(False)
+
+
+@stage
+def is_recommendable(activity):  # pragma: no cover - compiled
+    """False for a node's NaN activity (see ``recommendable_profiles``)."""
+    return activity == activity
+
+
+@stage
+def follow_reason(active):  # pragma: no cover - compiled
+    """Drop code of one of the user's own follow edges: ``following`` if active, else
+    ``pending``."""
+    return FOLLOWING if active else PENDING
+
+
+@stage
+def flag_exclusions(user, lists, scratch, shift, mask):  # pragma: no cover - compiled
+    """Put the user (``SELF``) and its exclusions into its empty table, each with its drop code;
+    an account excluded for several reasons keeps the smallest code. Returns the slots used
+    (uint64, ``scratch.claim_slot``)."""
+    n_touched = np.uint64(0)
+    first = lists.excl_ptr[user]
+    for e in range(first - 1, lists.excl_ptr[user + 1]):
+        if e < first:
+            node = lists.user_dense[user]
+            reason = SELF
+        else:
+            node = lists.excl_nodes[e]
+            reason = lists.excl_reasons[e]
+        if node < 0:
+            continue
+        h, n_touched = claim_slot(
+            scratch.table_nodes, scratch.touched, node, shift, mask, n_touched
+        )
+        held = scratch.table_reasons[h]
+        if held == 0 or reason < held:
+            scratch.table_reasons[h] = reason
+    return n_touched
+
+
+@stage
+def drop_reason(flagged, count, min_mutual_count, activity, node):  # pragma: no cover - compiled
+    """Code of the first pre-rank filter that drops a counted candidate, 0 if it passes.
+    ``flagged``: its code from ``flag_exclusions`` (0 if none)."""
+    if flagged:
+        return flagged
+    if count < min_mutual_count:
+        return BELOW_MIN_MUTUAL_COUNT
+    if not is_recommendable(activity[node]):  # read last: a cache miss per candidate
+        return NOT_RECOMMENDABLE
+    return 0
+
+
+@stage
+def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma: no cover
+    """Apply ``drop_reason`` to every candidate of the user's table, resetting the table on the
+    way. Passing candidates go to ``pass_slot`` / ``pass_node`` / ``pass_count``; each dropped
+    one adds 1 to ``counts[code]``. Returns ``(passing, candidates, max mutual_count)``;
+    ``candidates`` = distinct accounts counted (a flagged account nobody reached is none)."""
+    n_passing = 0
+    n_candidates = 0
+    n_below = 0
+    max_count = 0
+    for i in range(n_touched):
+        h = np.uint64(scratch.touched[i])
+        node = scratch.table_nodes[h]
+        c = scratch.table_counts[h]
+        flagged = scratch.table_reasons[h]
+        scratch.table_nodes[h] = -1
+        scratch.table_counts[h] = 0
+        scratch.table_reasons[h] = 0
+        if c == 0:
+            continue
+        n_candidates += 1
+        reason = drop_reason(flagged, c, min_mutual_count, activity, node)
+        if reason == BELOW_MIN_MUTUAL_COUNT:
+            n_below += 1  # the common drop: a register, not a store per candidate
+            continue
+        if reason:
+            counts[reason] += 1
+            continue
+        scratch.pass_slot[n_passing] = h
+        scratch.pass_node[n_passing] = node
+        scratch.pass_count[n_passing] = c
+        n_passing += 1
+        if c > max_count:
+            max_count = c
+    counts[BELOW_MIN_MUTUAL_COUNT] += n_below
+    return n_passing, n_candidates, max_count
+
+
+@stage
+def cut_to_max_candidates(n_passing, max_count, max_candidates, scratch):  # pragma: no cover
+    """Keep the top ``max_candidates`` passing candidates by ``(mutual_count desc, node asc)``
+    (dense order is id order), compacted to the front of the pass buffers; returns how many.
+    A histogram of the counts finds the threshold; ties at it are taken by node."""
+    if n_passing <= max_candidates:
+        return n_passing
+    histogram = scratch.histogram
+    for c in range(max_count + 1):
+        histogram[c] = 0
+    for i in range(n_passing):
+        histogram[scratch.pass_count[i]] += 1
+    threshold = max_count
+    above = 0
+    while above + histogram[threshold] < max_candidates:
+        above += histogram[threshold]
+        threshold -= 1
+    n_selected = 0
+    n_ties = 0
+    for i in range(n_passing):
+        c = scratch.pass_count[i]
+        if c > threshold:
+            scratch.pass_slot[n_selected] = scratch.pass_slot[i]
+            scratch.pass_node[n_selected] = scratch.pass_node[i]
+            scratch.pass_count[n_selected] = c
+            n_selected += 1
+        elif c == threshold:
+            scratch.tie_nodes[n_ties] = scratch.pass_node[i]
+            scratch.tie_slots[n_ties] = scratch.pass_slot[i]
+            n_ties += 1
+    order = np.argsort(scratch.tie_nodes[:n_ties])
+    for j in range(max_candidates - n_selected):
+        scratch.pass_slot[n_selected] = scratch.tie_slots[order[j]]
+        scratch.pass_node[n_selected] = scratch.tie_nodes[order[j]]
+        scratch.pass_count[n_selected] = threshold
+        n_selected += 1
+    return n_selected
+

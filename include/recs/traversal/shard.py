@@ -1,0 +1,72 @@
+"""One shard task end to end: load the graph, read the inputs, run the flow, write the output.
+
+``traverse_shard`` is what the mapped Airflow task ``traverse_shard`` and ``recs run`` call
+(through ``recs.nightly.pipeline``): graph (``graph.load_graph``, checked against the run's
+settings) → inputs (``inputs.shard_inputs``) → the compiled flow (``kernel.recommend_users``)
+→ output (``output``). A rerun of a shard writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+from recs.files import write_json
+from recs.traversal.graph import check_built_for, load_graph
+from recs.traversal.inputs import shard_inputs
+from recs.traversal.kernel import recommend_users
+from recs.traversal.output import recommendation_frame, shard_manifest, write_recommendations
+
+log = logging.getLogger("recs.traversal")
+
+
+def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
+    """Compute and write one shard's recommendations and manifest.
+
+    Reads ``paths.graph_dir`` (CSR, per-node activity, id map, all memory-mapped),
+    ``snapshot/follow_edges/shard_id=NNN``, ``exports/eligible_users/shard_id=N`` and
+    ``exports/follow_exclusions/shard_id=N``. Writes ``paths.shard_output(shard_id)`` (exactly
+    ``RECOMMENDATION_SCHEMA``, sorted by user_id, rank; identical bytes on rerun; an empty,
+    typed file when the shard has no eligible users) and ``paths.shard_manifest(shard_id)``.
+
+    Returns the manifest (``output.shard_manifest``). Raises ``RunNotFoundError`` (missing
+    graph or export), ``StaleGraphError`` and ``ShardMismatchError``.
+    """
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    graph = load_graph(paths.graph_dir)
+    check_built_for(graph, settings, paths.as_of.astimezone(dt.UTC).replace(tzinfo=None),
+                    paths.graph_dir)
+    inputs = shard_inputs(paths, settings, shard_id, graph)
+    read_seconds = time.perf_counter() - started
+    log.info(
+        "shard %03d: %d eligible users, %d first-hop edges, %d exclusions (read in %.2fs)",
+        shard_id, len(inputs.user_ids), len(inputs.hop1_nodes), len(inputs.excl_nodes),
+        read_seconds,
+    )
+    kernel_started = time.perf_counter()
+    result = recommend_users(inputs, graph, settings)
+    kernel_seconds = time.perf_counter() - kernel_started
+    write_started = time.perf_counter()
+    frame = recommendation_frame(result.rows, inputs, graph, paths)
+    output = write_recommendations(frame, paths.shard_output(shard_id))
+    write_seconds = time.perf_counter() - write_started
+    seconds = {
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
+        "read_seconds": read_seconds,
+        "kernel_seconds": kernel_seconds,
+        "write_seconds": write_seconds,
+    }
+    manifest = shard_manifest(shard_id, paths.run_id, inputs, result, frame.height, output, seconds)
+    write_json(paths.shard_manifest(shard_id), manifest)
+    log.info(
+        "shard %03d: %d rows for %d of %d users, %d traversals in %.2fs (kernel %.2fs); "
+        "stage counts %s",
+        shard_id, manifest["rows"], manifest["users_with_recommendations"],
+        manifest["users_in"], manifest["traversals"], seconds["seconds"], kernel_seconds,
+        manifest["stage_counts"],
+    )
+    return manifest
