@@ -248,7 +248,10 @@ def reference_check_rows(paths, users) -> Any:
     needed = pl.concat([
         own, all_edges.filter(pl.col("follower_id").is_in(friends)).collect()
     ]).unique(maintain_order=True)
-    known = pl.read_parquet(paths.snapshot_dir / "users.parquet", columns=["user_id"])
+    known = pl.read_parquet(
+        paths.snapshot_dir / "users.parquet", columns=["user_id", "account_status"]
+    )
+    inactive = known.filter(pl.col("account_status") != "active")["user_id"].to_list()
     exclusions: dict[int, set[int]] = {}
     for owner, excluded in (
         pl.scan_parquet(paths.exports_dir / "follow_exclusions" / "*" / "*.parquet")
@@ -269,7 +272,7 @@ def reference_check_rows(paths, users) -> Any:
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
     rows = reference_recommendations(
         wanted, needed.iter_rows(), known["user_id"].to_list(), exclusions, profiles, settings,
-        as_of,
+        as_of, inactive_accounts=inactive,
     )
     return rows_frame(rows)
 

@@ -79,11 +79,11 @@ def test_dag_published_a_validated_version(demo):
 def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dict[int, list]:
     """Independent reference over the whole snapshot, for users under both caps (no sampling).
 
-    candidates = follows of follows (active edges), mutual_count = distinct first-hop follows
-    reaching each; drop self, followed or pending, blocked either way, muted, dismissed, and
-    accounts not active or not discoverable; keep mutual_count >= 2; keep the top 500 by
-    (mutual_count desc, candidate_id asc); score = 0.7·min(m/25, 1) + 0.3·0.5^(days/14);
-    top 20 by (score desc, mutual_count desc, candidate_id asc).
+    candidates = follows of follows (active edges; a first hop only through an active account),
+    mutual_count = distinct first-hop follows reaching each; drop self, followed or pending, blocked
+    either way, muted, dismissed, and accounts not active or not discoverable; keep mutual_count >=
+    2; keep the top 500 by (mutual_count desc, candidate_id asc); score = 0.7·min(m/25, 1) +
+    0.3·0.5^(days/14); top 20 by (score desc, mutual_count desc, candidate_id asc).
     """
     edges = pl.read_parquet(snapshot / "follow_edges" / "**" / "*.parquet")
     users = pl.read_parquet(snapshot / "users.parquet")
@@ -91,8 +91,13 @@ def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dic
     mutes = pl.read_parquet(snapshot / "mutes.parquet")
     dismissed = pl.read_parquet(snapshot / "dismissed_candidates.parquet")
     active = edges.filter(pl.col("status") == "active").select("follower_id", "followee_id")
-    hop1 = active.filter(pl.col("follower_id").is_in(user_ids)).rename(
-        {"follower_id": "user_id", "followee_id": "friend_id"}
+    active_accounts = users.filter(pl.col("account_status") == "active").select(
+        pl.col("user_id").alias("followee_id")
+    )
+    hop1 = (  # only active accounts are expanded as a first hop
+        active.filter(pl.col("follower_id").is_in(user_ids))
+        .join(active_accounts, on="followee_id", how="semi")
+        .rename({"follower_id": "user_id", "followee_id": "friend_id"})
     )
     hop2 = hop1.join(
         active.rename({"follower_id": "friend_id", "followee_id": "candidate_id"}),

@@ -60,6 +60,7 @@ def recommend_from_follows(
     exclusions: Mapping[int, Collection[int]],
     activity: Mapping[int, float],
     settings,
+    first_hop: Mapping[int, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The design's per-user loop (``bounded_second_degree``, ``prune_candidates``,
     ``score_candidate``, top-k) over an adjacency that is already in sample order.
@@ -72,16 +73,19 @@ def recommend_from_follows(
     -> its activity term (``activity_recency``) for every recommendable account; an account
     missing from it is not recommendable. Settings used: ``hop1_cap, hop2_cap,
     min_mutual_count, max_candidates_to_score, top_k, followed_by_count`` and the weights.
+    ``first_hop``: user -> its first-hop list, when it differs from ``following`` (the product
+    expands only follows of active accounts); default ``following``.
 
     Returns rows sorted by ``(user_id, rank)``, each a dict with ``user_id, candidate_id,
     mutual_count, score, rank, followed_by`` (list of first-hop ids in sample order).
     """
     rows: list[dict[str, Any]] = []
     followed_by_count = settings.followed_by_count
+    first_hop = following if first_hop is None else first_hop
     for user in sorted(set(user_ids)):
         mutual_counts: Counter[int] = Counter()
         reached_by: dict[int, list[int]] = defaultdict(list)
-        for friend in following.get(user, ())[: settings.hop1_cap]:
+        for friend in first_hop.get(user, ())[: settings.hop1_cap]:
             row = following.get(friend, ())[: settings.hop2_cap]
             if not followed_by_count:
                 mutual_counts.update(row)  # counts only: Counter's C loop
@@ -129,6 +133,7 @@ def reference_recommendations(
     profiles: Mapping[int, tuple[bool, dt.datetime | None]],
     settings,
     as_of: dt.datetime,
+    inactive_accounts: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """Recommendations for ``user_ids`` by the plain algorithm, from raw snapshot rows.
 
@@ -136,7 +141,8 @@ def reference_recommendations(
     those of the users and of the accounts they follow); ``known_users``: the ids of
     ``users.parquet``; ``exclusions``: ``user_id -> excluded ids`` (the ``follow_exclusions``
     export); ``profiles``: ``candidate_id -> (is_recommendable, last_active_at)``; ``as_of``:
-    naive UTC. Samples every list with the pure-integer keys (``capped_follows``), then runs
+    naive UTC; ``inactive_accounts``: ids whose status is not ``active`` (never a first hop).
+    Samples every list with the pure-integer keys (``capped_follows``), then runs
     ``recommend_from_follows``. Returns its rows.
     """
     known = set(known_users)
@@ -150,10 +156,13 @@ def reference_recommendations(
     users = sorted(set(user_ids))
     cap = max(settings.hop1_cap, settings.hop2_cap)
     seed = settings.sample_seed
+    inactive = set(inactive_accounts)
     following: dict[int, list[int]] = {}
+    first_hop: dict[int, list[int]] = {}
     for user in users:
-        following[user] = capped_follows(user, active.get(user, ()), cap, seed)
-        for friend in following[user][: settings.hop1_cap]:
+        expandable = [f for f in active.get(user, ()) if f not in inactive]
+        first_hop[user] = capped_follows(user, expandable, settings.hop1_cap, seed)
+        for friend in first_hop[user]:
             if friend not in following:
                 following[friend] = capped_follows(friend, active.get(friend, ()), cap, seed)
     excluded = {
@@ -164,7 +173,9 @@ def reference_recommendations(
         for candidate, (is_recommendable, last_active) in profiles.items()
         if is_recommendable
     }
-    return recommend_from_follows(users, following, excluded, recommendable, settings)
+    return recommend_from_follows(
+        users, following, excluded, recommendable, settings, first_hop=first_hop
+    )
 
 
 def reference_shard(paths, settings, shard_id: int):
@@ -180,7 +191,9 @@ def reference_shard(paths, settings, shard_id: int):
 
     snapshot = Path(paths.snapshot_dir)
     exports = Path(paths.exports_dir)
-    known = pl.read_parquet(snapshot / "users.parquet", columns=["user_id"])["user_id"].to_list()
+    accounts = pl.read_parquet(snapshot / "users.parquet", columns=["user_id", "account_status"])
+    known = accounts["user_id"].to_list()
+    inactive = accounts.filter(pl.col("account_status") != "active")["user_id"].to_list()
     edge_files = [f for files in partition_files(snapshot / "follow_edges").values() for f in files]
     edge_columns = ["follower_id", "followee_id", "status"]
     edges = pl.concat(
@@ -202,7 +215,8 @@ def reference_shard(paths, settings, shard_id: int):
     }
     as_of = naive_utc(paths.as_of)
     rows = reference_recommendations(
-        users, edges.iter_rows(), known, exclusions, profiles, settings, as_of
+        users, edges.iter_rows(), known, exclusions, profiles, settings, as_of,
+        inactive_accounts=inactive,
     )
     constant = ("generated_at", "run_id")
     computed = {k: v for k, v in RECOMMENDATION_SCHEMA.items() if k not in constant}

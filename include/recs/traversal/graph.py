@@ -10,6 +10,8 @@ they share it through the page cache and keep no private O(n_nodes) state::
     indices.npy    int32[n_edges]      dense followee ids, each row in sample order
     activity.npy   float64[n_nodes]    ``ranking.activity_term`` per account; NaN if it is not
                                        recommendable (``predicates.recommendable_profiles``)
+    account_active.npy  bool[n_nodes]  the account's status is ``active`` (only those are first
+                                       hops: ``inputs.shard_inputs``)
     id_index.npy   original id -> dense id (``ids.DenseIndex``: a table or a hash table)
     meta.json      counts and the settings the graph was built with
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
-from recs.files import read_json, write_json
+from recs.files import atomic_write, read_json, write_json
 from recs.sampling import rank_within_groups, sample_keys
 from recs.traversal.ids import DenseIndex
 from recs.traversal.inputs import partition_files
@@ -44,10 +45,11 @@ from recs.traversal.ranking import activity_term
 log = logging.getLogger("recs.graph")
 
 GRAPH_FILES = (
-    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "id_index.npy", "meta.json"
+    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "account_active.npy",
+    "id_index.npy", "meta.json",
 )
-#: 2: adds activity.npy and id_index.npy (format 1 graphs must be rebuilt).
-GRAPH_FORMAT_VERSION = 2
+#: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy (older graphs: rebuild).
+GRAPH_FORMAT_VERSION = 3
 
 
 class StaleGraphError(RecsError):
@@ -176,13 +178,22 @@ def candidate_activity(
     return activity
 
 
+def account_active(users_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
+    """``bool[n_nodes]``: whether each account's ``account_status`` in ``users.parquet`` is
+    ``active`` (suspended and deactivated accounts are not expanded as anyone's first hop)."""
+    import polars as pl
+
+    frame = pl.read_parquet(users_path, columns=["user_id", "account_status"])
+    active = np.zeros(n_nodes, dtype=np.bool_)
+    dense = index(frame["user_id"].to_numpy())
+    known = dense >= 0
+    active[dense[known]] = (frame["account_status"] == "active").fill_null(False).to_numpy()[known]
+    return active
+
+
 def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as handle:
+    with atomic_write(path, binary=True) as handle:
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def build_graph(paths, settings) -> dict[str, Any]:
@@ -265,6 +276,8 @@ def build_graph(paths, settings) -> dict[str, Any]:
     _save_npy(graph_dir / "indptr.npy", indptr)
     _save_npy(graph_dir / "indices.npy", indices.astype(np.int32))
     _save_npy(graph_dir / "activity.npy", activity)
+    active_accounts = account_active(users_path, index, n_nodes)
+    _save_npy(graph_dir / "account_active.npy", active_accounts)
     _save_npy(graph_dir / "id_index.npy", id_array)
     meta = {
         "format_version": GRAPH_FORMAT_VERSION,
@@ -275,6 +288,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
         "as_of": as_of.isoformat(),
         "half_life_days": float(settings.half_life_days),
         "recommendable_nodes": int(np.count_nonzero(~np.isnan(activity))),
+        "active_accounts": int(np.count_nonzero(active_accounts)),
         "id_index": id_spec,
         "edges_read": counts.edges_read,
         "pending_skipped": counts.pending_skipped,
@@ -300,7 +314,8 @@ class CappedGraph:
     """A memory-mapped, read-only capped CSR graph (see the module docstring for the arrays).
 
     ``user_ids`` int64[n_nodes], ``indptr`` int64[n_nodes + 1], ``indices`` int32[n_edges],
-    ``activity`` float64[n_nodes] and the arrays behind ``index`` (the id map): all
+    ``activity`` float64[n_nodes], ``account_active`` bool[n_nodes] and the arrays behind
+    ``index`` (the id map): all
     ``np.memmap`` opened read-only, shared through the page cache, never copied.
     """
 
@@ -308,6 +323,7 @@ class CappedGraph:
     indptr: np.ndarray
     indices: np.ndarray
     activity: np.ndarray
+    account_active: np.ndarray
     index: DenseIndex
     meta: dict[str, Any]
 
@@ -354,6 +370,7 @@ def load_graph(graph_dir: Path) -> CappedGraph:
 
     user_ids, indptr, indices = mapped("user_ids.npy"), mapped("indptr.npy"), mapped("indices.npy")
     activity, id_array = mapped("activity.npy"), mapped("id_index.npy")
+    active_accounts = mapped("account_active.npy")
     problems = []
     if user_ids.dtype != np.int64 or len(user_ids) != meta["n_nodes"]:
         problems.append(f"user_ids {user_ids.dtype}[{len(user_ids)}]")
@@ -363,12 +380,14 @@ def load_graph(graph_dir: Path) -> CappedGraph:
         problems.append(f"indices {indices.dtype}[{len(indices)}]")
     if activity.dtype != np.float64 or len(activity) != meta["n_nodes"]:
         problems.append(f"activity {activity.dtype}[{len(activity)}]")
+    if active_accounts.dtype != np.bool_ or len(active_accounts) != meta["n_nodes"]:
+        problems.append(f"account_active {active_accounts.dtype}[{len(active_accounts)}]")
     if problems:
         raise SchemaMismatchError(f"graph {graph_dir} is inconsistent with meta.json: {problems}")
     index = DenseIndex.from_saved(user_ids, id_array, meta["id_index"])
     return CappedGraph(
-        user_ids=user_ids, indptr=indptr, indices=indices, activity=activity, index=index,
-        meta=meta,
+        user_ids=user_ids, indptr=indptr, indices=indices, activity=activity,
+        account_active=active_accounts, index=index, meta=meta,
     )
 
 

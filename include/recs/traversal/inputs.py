@@ -4,10 +4,11 @@ Reads the run's Hive-partitioned Parquet (``partition_files``): ``exports/eligib
 ``snapshot/follow_edges`` (the shard's own partition: its users' follows, any status) and
 ``exports/follow_exclusions`` (only the reasons that are not those follows:
 ``predicates.extra_exclusions``). Returns ``ShardInputs``: per user, the first hop = its active
-follows of known accounts, no self-follows or duplicates, ordered by ``(sample key, followee)``
-(``recs.sampling``) and cut to ``hop1_cap``; its exclusions = every own follow of a known account
-(any status) and the extra rows, each with a drop code (``predicates``). All in one compiled
-pass over the partition; memory grows with the shard's edges, not with the graph.
+follows of known, active accounts (a suspended or deactivated account is no one's first hop, so it
+is never in "followed by" either), no self-follows or duplicates, ordered by ``(sample key,
+followee)`` (``recs.sampling``) and cut to ``hop1_cap``; its exclusions = every own follow of a
+known account (any status) and the extra rows, each with a drop code (``predicates``). All in one
+compiled pass over the partition; memory grows with the shard's edges, not with the graph.
 """
 
 from __future__ import annotations
@@ -126,27 +127,32 @@ def shard_lists(
     hop1_cap: int,
     seed: int,
     extra_reasons: np.ndarray | None = None,
+    expandable: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """First-hop and exclusion CSRs of the shard's users, in one compiled pass.
 
     Edges of the shard's snapshot partition: ``user_positions`` (int32, the follower's position
     among the shard's sorted users, -1 if not eligible), ``followers`` / ``followees`` (int64
-    original ids, for the sample key), ``followee_dense`` (int32 graph ids, -1 if not in the
-    graph) and ``active`` (bool). Extra exclusions: ``extra_positions`` / ``extra_dense``
-    (int32, -1 = drop) / ``extra_reasons`` (uint8 drop codes, default ``OTHER_EXCLUSION``).
-    Returns ``(hop1_ptr int64[n+1], hop1_nodes int32, excl_ptr int64[n+1], excl_nodes int32,
-    excl_reasons uint8)``: each user's first hop = its active follows of known accounts, no
-    self-follows or duplicates, ordered by ``(sample key, followee)`` (``recs.sampling``) and cut
-    to ``hop1_cap``; its exclusions = every follow of a known account (any status, code
-    ``predicates.follow_reason``) + the extras, in input order.
+    original ids, for the sample key), ``followee_dense`` (int32 graph ids, -1 if not in the graph),
+    ``active`` (bool: the edge's status) and ``expandable`` (bool, default ``active``: the edge may
+    be a first hop, i.e. also its followee's account is active). Extra exclusions:
+    ``extra_positions`` / ``extra_dense`` (int32, -1 = drop) / ``extra_reasons`` (uint8 drop codes,
+    default ``OTHER_EXCLUSION``). Returns ``(hop1_ptr int64[n+1], hop1_nodes int32, excl_ptr
+    int64[n+1], excl_nodes int32, excl_reasons uint8)``: each user's first hop = its expandable
+    follows of known accounts, no self-follows or duplicates, ordered by ``(sample key, followee)``
+    (``recs.sampling``) and cut to ``hop1_cap``; its exclusions = every follow of a known account
+    (any status, code ``predicates.follow_reason``) + the extras, in input order.
     """
     as_u64 = lambda a: np.ascontiguousarray(a, dtype=np.int64).view(np.uint64)  # noqa: E731
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
     if extra_reasons is None:
         extra_reasons = np.full(len(extra_positions), OTHER_EXCLUSION, dtype=np.uint8)
+    if expandable is None:
+        expandable = active
     return _shard_lists(
         as_i32(user_positions), as_u64(followers), as_u64(followees), as_i32(followee_dense),
-        np.ascontiguousarray(active, dtype=np.bool_), as_i32(extra_positions),
+        np.ascontiguousarray(active, dtype=np.bool_),
+        np.ascontiguousarray(expandable, dtype=np.bool_), as_i32(extra_positions),
         as_i32(extra_dense), np.ascontiguousarray(extra_reasons, dtype=np.uint8), int(n_users),
         int(hop1_cap), seed_mixer(seed),
     )
@@ -253,17 +259,17 @@ def _capped_rows(rows, keys, values, n_rows, cap):  # pragma: no cover - compile
 
 @compiled
 def _shard_lists(
-    positions, followers, followees, dense, active, extra_positions, extra_dense, extra_reasons,
-    n_users, hop1_cap, seed_mix,
+    positions, followers, followees, dense, active, expandable, extra_positions, extra_dense,
+    extra_reasons, n_users, hop1_cap, seed_mix,
 ):  # pragma: no cover - compiled; see shard_lists
-    # counting sort by user: every known follow -> exclusions; active non-self -> first hop
+    # counting sort by user: every known follow -> exclusions; expandable non-self -> first hop
     excl_ptr = np.zeros(n_users + 1, dtype=np.int64)
     hop_starts = np.zeros(n_users + 1, dtype=np.int64)
     for i in range(len(positions)):
         user = positions[i]
         if user >= 0 and dense[i] >= 0:
             excl_ptr[user + 1] += 1
-            if active[i] and followers[i] != followees[i]:
+            if expandable[i] and followers[i] != followees[i]:
                 hop_starts[user + 1] += 1
     for i in range(len(extra_positions)):
         user = extra_positions[i]
@@ -287,7 +293,7 @@ def _shard_lists(
             excl_nodes[excl_fill[user]] = node
             excl_reasons[excl_fill[user]] = follow_reason(active[i])
             excl_fill[user] += 1
-            if active[i] and followers[i] != followees[i]:
+            if expandable[i] and followers[i] != followees[i]:
                 at = hop_fill[user]
                 group_keys[at] = sample_key(followers[i], followees[i], seed_mix)
                 group_values[at] = node
@@ -336,11 +342,16 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
         ["user_id", "excluded_id", "reason"], EXPORT_SCHEMAS["follow_exclusions"],
         where=extra_exclusions(),
     ).drop_nulls(["user_id", "excluded_id"])
+    followee_dense = graph.dense_ids(followees)
+    followee_active = np.zeros(len(followee_dense), dtype=np.bool_)
+    known = followee_dense >= 0
+    followee_active[known] = graph.account_active[followee_dense[known]]
     hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(
-        positions(followers), followers, followees, graph.dense_ids(followees), active,
+        positions(followers), followers, followees, followee_dense, active,
         positions(extra["user_id"].to_numpy()), graph.dense_ids(extra["excluded_id"].to_numpy()),
         len(user_ids), settings.hop1_cap, settings.sample_seed,
         extra_reasons=exclusion_codes(extra["reason"]),
+        expandable=active & followee_active,
     )
     return ShardInputs(
         user_ids=user_ids,

@@ -10,7 +10,6 @@ task's counts (including the kernel's per-stage counts), timings and memory.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from recs.contracts import RECOMMENDATION_SCHEMA, check_schema
+from recs.files import atomic_path
 
 
 def recommendation_frame(rows, inputs, graph, paths):
@@ -59,17 +59,16 @@ def recommendation_frame(rows, inputs, graph, paths):
 
 
 def write_recommendations(frame, path: Path) -> Path:
-    """Write ``frame`` as Parquet atomically (temp file + ``os.replace``), reproducibly.
+    """Write ``frame`` as Parquet atomically and durably (``recs.files.atomic_path``: a temporary
+    file of this attempt's own, fsynced, then ``os.replace``), reproducibly: a task killed
+    mid-write leaves the previous file, never half a file.
 
     Fixed compression, one writer thread's deterministic layout: the same frame gives the same
     bytes on every run with the same library versions.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True)
-    os.replace(tmp, path)
-    return path
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True)
+    return Path(path)
 
 
 def memory_mb() -> dict[str, float]:

@@ -139,7 +139,8 @@ def test_rebuild_writes_identical_bytes(tmp_path):
     second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
     assert first == second
     assert sorted(first) == [
-        "activity.npy", "id_index.npy", "indices.npy", "indptr.npy", "meta.json", "user_ids.npy"
+        "account_active.npy", "activity.npy", "id_index.npy", "indices.npy", "indptr.npy",
+        "meta.json", "user_ids.npy",
     ]
 
 

@@ -153,3 +153,19 @@ def test_stage_counts_of_the_cut_and_the_take(tmp_path):
     }
     _, manifest, _ = run(cut_graph(), settings_for(tmp_path / "all"))
     assert manifest["stage_counts"] == {**NO_DROPS, "candidates": 4, "scored": 4, "kept": 4}
+
+
+def test_an_account_that_is_not_active_is_no_ones_first_hop(tmp_path):
+    """User 1 follows 10, 11 (active) and 12 (suspended) and 13 (deactivated); each of them
+    follows 20. Only 10 and 11 are expanded: 20's mutual_count is 2 (not 4), "followed by" is
+    10 and 11 in user 1's sample order (10, 11 of [10, 11]), and 12 and 13 appear nowhere.
+    Traversals = row lengths of 10 and 11 = 1 + 1 = 2. Score: 0.7 * 2/25 + 0.3 * 1 = 0.356."""
+    users = [User(1), *only_user_1([10, 11, 20])[1:], User(12, account_status="suspended",
+             eligible=False), User(13, account_status="deactivated", eligible=False)]  # fmt: skip
+    edges = [(1, f, "active") for f in (10, 11, 12, 13)] + [
+        (f, 20, "active") for f in (10, 11, 12, 13)
+    ]
+    order = capped_follows(1, [10, 11], 2, SEED)
+    paths, manifest, frame = run(Fixture(users, edges), settings_for(tmp_path))
+    assert rows(frame) == [(1, 20, 2, 0.356, 1, order)]
+    assert (manifest["traversals"], manifest["first_hop_edges"]) == (2, 2)
