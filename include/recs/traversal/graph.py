@@ -45,8 +45,13 @@ from recs.traversal.ranking import activity_term
 log = logging.getLogger("recs.graph")
 
 GRAPH_FILES = (
-    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "account_active.npy",
-    "id_index.npy", "meta.json",
+    "user_ids.npy",
+    "indptr.npy",
+    "indices.npy",
+    "activity.npy",
+    "account_active.npy",
+    "id_index.npy",
+    "meta.json",
 )
 #: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy (older graphs: rebuild).
 GRAPH_FORMAT_VERSION = 3
@@ -265,7 +270,10 @@ def build_graph(paths, settings) -> dict[str, Any]:
 
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
     activity = candidate_activity(
-        Path(paths.exports_dir) / "candidate_profiles.parquet", index, n_nodes, as_of,
+        Path(paths.exports_dir) / "candidate_profiles.parquet",
+        index,
+        n_nodes,
+        as_of,
         settings.half_life_days,
     )
     id_array, id_spec = index.saved()
@@ -303,8 +311,12 @@ def build_graph(paths, settings) -> dict[str, Any]:
     seconds = round(time.perf_counter() - started, 3)
     log.info(
         "graph: %d nodes, %d capped edges (%d read, %d pending, %d unknown endpoint) in %.1fs",
-        n_nodes, len(indices), counts.edges_read, counts.pending_skipped,
-        counts.unknown_endpoint_dropped, seconds,
+        n_nodes,
+        len(indices),
+        counts.edges_read,
+        counts.pending_skipped,
+        counts.unknown_endpoint_dropped,
+        seconds,
     )
     return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}
 
@@ -386,8 +398,13 @@ def load_graph(graph_dir: Path) -> CappedGraph:
         raise SchemaMismatchError(f"graph {graph_dir} is inconsistent with meta.json: {problems}")
     index = DenseIndex.from_saved(user_ids, id_array, meta["id_index"])
     return CappedGraph(
-        user_ids=user_ids, indptr=indptr, indices=indices, activity=activity,
-        account_active=active_accounts, index=index, meta=meta,
+        user_ids=user_ids,
+        indptr=indptr,
+        indices=indices,
+        activity=activity,
+        account_active=active_accounts,
+        index=index,
+        meta=meta,
     )
 
 
@@ -397,7 +414,8 @@ def check_built_for(graph: CappedGraph, settings, as_of: dt.datetime, graph_dir:
     cap reads a prefix of every row, which is the same sample)."""
     built = graph.meta
     wanted = {
-        "sample_seed": settings.sample_seed, "half_life_days": float(settings.half_life_days),
+        "sample_seed": settings.sample_seed,
+        "half_life_days": float(settings.half_life_days),
         "as_of": as_of.isoformat(),
     }
     if built["hop2_cap"] < settings.hop2_cap or any(built[k] != v for k, v in wanted.items()):

@@ -58,7 +58,6 @@ def partition_files(root: Path) -> dict[int, list[Path]]:
     return {shard: sorted(files) for shard, files in sorted(found.items())}
 
 
-
 def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict, where=None):
     """All rows of ``root/shard_id=<shard_id>/*.parquet`` as a Polars frame (``columns``).
 
@@ -83,7 +82,9 @@ def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
     Python shard functions disagree, so its follows would be in another partition).
     """
     frame = read_partition(
-        Path(paths.exports_dir) / "eligible_users", shard_id, ["user_id"],
+        Path(paths.exports_dir) / "eligible_users",
+        shard_id,
+        ["user_id"],
         EXPORT_SCHEMAS["eligible_users"],
     )
     user_ids = np.unique(frame["user_id"].drop_nulls().to_numpy().astype(np.int64))
@@ -150,11 +151,18 @@ def shard_lists(
     if expandable is None:
         expandable = active
     return _shard_lists(
-        as_i32(user_positions), as_u64(followers), as_u64(followees), as_i32(followee_dense),
+        as_i32(user_positions),
+        as_u64(followers),
+        as_u64(followees),
+        as_i32(followee_dense),
         np.ascontiguousarray(active, dtype=np.bool_),
-        np.ascontiguousarray(expandable, dtype=np.bool_), as_i32(extra_positions),
-        as_i32(extra_dense), np.ascontiguousarray(extra_reasons, dtype=np.uint8), int(n_users),
-        int(hop1_cap), seed_mixer(seed),
+        np.ascontiguousarray(expandable, dtype=np.bool_),
+        as_i32(extra_positions),
+        as_i32(extra_dense),
+        np.ascontiguousarray(extra_reasons, dtype=np.uint8),
+        int(n_users),
+        int(hop1_cap),
+        seed_mixer(seed),
     )
 
 
@@ -184,8 +192,10 @@ def _take_sorted_prefix(
         needs_pass = False
         for j in range(length):
             sorted_values[j] = np.int32(sorted_keys[j] & _LOW32)
-            if j > 0 and sorted_values[j] != sorted_values[j - 1] and (
-                (sorted_keys[j] & _HIGH32) == (sorted_keys[j - 1] & _HIGH32)
+            if (
+                j > 0
+                and sorted_values[j] != sorted_values[j - 1]
+                and ((sorted_keys[j] & _HIGH32) == (sorted_keys[j - 1] & _HIGH32))
             ):
                 needs_pass = True  # two keys share their high bits: redo this group exactly
         if needs_pass:
@@ -250,8 +260,15 @@ def _capped_rows(rows, keys, values, n_rows, cap):  # pragma: no cover - compile
     n_out = 0
     for r in range(n_rows):
         n_out = _take_sorted_prefix(
-            group_keys, group_values, starts[r], starts[r + 1] - starts[r], cap,
-            sorted_keys, sorted_values, out, n_out,
+            group_keys,
+            group_values,
+            starts[r],
+            starts[r + 1] - starts[r],
+            cap,
+            sorted_keys,
+            sorted_values,
+            out,
+            n_out,
         )
         ptr[r + 1] = n_out
     return ptr, out[:n_out].copy()
@@ -259,8 +276,18 @@ def _capped_rows(rows, keys, values, n_rows, cap):  # pragma: no cover - compile
 
 @compiled
 def _shard_lists(
-    positions, followers, followees, dense, active, expandable, extra_positions, extra_dense,
-    extra_reasons, n_users, hop1_cap, seed_mix,
+    positions,
+    followers,
+    followees,
+    dense,
+    active,
+    expandable,
+    extra_positions,
+    extra_dense,
+    extra_reasons,
+    n_users,
+    hop1_cap,
+    seed_mix,
 ):  # pragma: no cover - compiled; see shard_lists
     # counting sort by user: every known follow -> exclusions; expandable non-self -> first hop
     excl_ptr = np.zeros(n_users + 1, dtype=np.int64)
@@ -312,8 +339,15 @@ def _shard_lists(
     n_out = 0
     for user in range(n_users):
         n_out = _take_sorted_prefix(
-            group_keys, group_values, hop_starts[user], hop_starts[user + 1] - hop_starts[user],
-            hop1_cap, sorted_keys, sorted_values, hop1_nodes, n_out,
+            group_keys,
+            group_values,
+            hop_starts[user],
+            hop_starts[user + 1] - hop_starts[user],
+            hop1_cap,
+            sorted_keys,
+            sorted_values,
+            hop1_nodes,
+            n_out,
         )
         hop1_ptr[user + 1] = n_out
     return hop1_ptr, hop1_nodes[:n_out], excl_ptr, excl_nodes, excl_reasons
@@ -330,16 +364,20 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
     user_ids = eligible_user_ids(paths, shard_id, settings.shard_count)
     positions = DenseIndex(user_ids)
     edges = read_partition(
-        Path(paths.snapshot_dir) / "follow_edges", shard_id,
-        ["follower_id", "followee_id", "status"], SNAPSHOT_SCHEMAS["follow_edges"],
+        Path(paths.snapshot_dir) / "follow_edges",
+        shard_id,
+        ["follower_id", "followee_id", "status"],
+        SNAPSHOT_SCHEMAS["follow_edges"],
     )
     followers = edges["follower_id"].to_numpy().astype(np.int64, copy=False)
     followees = edges["followee_id"].to_numpy().astype(np.int64, copy=False)
     active = (edges["status"] == "active").fill_null(False).to_numpy()
     del edges
     extra = read_partition(
-        Path(paths.exports_dir) / "follow_exclusions", shard_id,
-        ["user_id", "excluded_id", "reason"], EXPORT_SCHEMAS["follow_exclusions"],
+        Path(paths.exports_dir) / "follow_exclusions",
+        shard_id,
+        ["user_id", "excluded_id", "reason"],
+        EXPORT_SCHEMAS["follow_exclusions"],
         where=extra_exclusions(),
     ).drop_nulls(["user_id", "excluded_id"])
     followee_dense = graph.dense_ids(followees)
@@ -347,9 +385,16 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
     known = followee_dense >= 0
     followee_active[known] = graph.account_active[followee_dense[known]]
     hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(
-        positions(followers), followers, followees, followee_dense, active,
-        positions(extra["user_id"].to_numpy()), graph.dense_ids(extra["excluded_id"].to_numpy()),
-        len(user_ids), settings.hop1_cap, settings.sample_seed,
+        positions(followers),
+        followers,
+        followees,
+        followee_dense,
+        active,
+        positions(extra["user_id"].to_numpy()),
+        graph.dense_ids(extra["excluded_id"].to_numpy()),
+        len(user_ids),
+        settings.hop1_cap,
+        settings.sample_seed,
         extra_reasons=exclusion_codes(extra["reason"]),
         expandable=active & followee_active,
     )

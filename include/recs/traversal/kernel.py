@@ -42,8 +42,11 @@ USERS_PER_CHUNK = 16_384
 #: pre-rank filter (``predicates.DROP_REASONS``; slot = drop code); cut by
 #: ``max_candidates_to_score``; scored; kept (= output rows). candidates = dropped + cut + scored.
 STAGE_COUNTS = (
-    "candidates", *(f"dropped_{reason}" for reason in DROP_REASONS),
-    "cut_by_max_candidates_to_score", "scored", "kept",
+    "candidates",
+    *(f"dropped_{reason}" for reason in DROP_REASONS),
+    "cut_by_max_candidates_to_score",
+    "scored",
+    "kept",
 )
 _CANDIDATES = 0
 _CUT = STAGE_COUNTS.index("cut_by_max_candidates_to_score")
@@ -66,9 +69,11 @@ class KernelParams(NamedTuple):
     @classmethod
     def from_settings(cls, settings) -> KernelParams:
         return cls(
-            hop2_cap=int(settings.hop2_cap), min_mutual_count=int(settings.min_mutual_count),
+            hop2_cap=int(settings.hop2_cap),
+            min_mutual_count=int(settings.min_mutual_count),
             max_candidates_to_score=int(settings.max_candidates_to_score),
-            top_k=int(settings.top_k), followed_by_count=int(settings.followed_by_count),
+            top_k=int(settings.top_k),
+            followed_by_count=int(settings.followed_by_count),
             mutual_weight=float(settings.mutual_weight),
             mutual_saturation=float(settings.mutual_saturation),
             activity_weight=float(settings.activity_weight),
@@ -97,7 +102,14 @@ def _recommend(
         shift, mask = table_shape(user_bound(user, lists, graph.indptr, params.hop2_cap))
         n_touched = flag_exclusions(user, lists, scratch, shift, mask)
         n_touched, user_traversals = count_candidates(
-            user, lists, graph, params.hop2_cap, params.followed_by_count, scratch, shift, mask,
+            user,
+            lists,
+            graph,
+            params.hop2_cap,
+            params.followed_by_count,
+            scratch,
+            shift,
+            mask,
             n_touched,
         )
         n_passing, n_candidates, max_count = prefilter(
@@ -108,8 +120,9 @@ def _recommend(
         )
         n_kept = 0
         for i in range(n_scored):
-            score = blended_score(scratch.pass_count[i], graph.activity[scratch.pass_node[i]],
-                                  params)
+            score = blended_score(
+                scratch.pass_count[i], graph.activity[scratch.pass_node[i]], params
+            )
             n_kept = insert_top_k(i, score, n_kept, params.top_k, scratch)
         n_rows = emit_rows(user, n_kept, params.followed_by_count, scratch, out, n_rows)
         traversals += user_traversals
@@ -150,7 +163,8 @@ def recommend_users(
     scratch = Scratch.allocate(
         bound=int(largest_user_bound(inputs, graph.indptr, params.hop2_cap)),
         max_count=int(np.diff(inputs.hop1_ptr).max()) if n_users else 0,
-        top_k=params.top_k, followed_by_count=fb,
+        top_k=params.top_k,
+        followed_by_count=fb,
     )
     adjacency = Adjacency(graph.indptr, graph.indices, graph.activity)
     out = OutputRows.allocate(n_users * params.top_k, fb)
@@ -168,11 +182,16 @@ def recommend_users(
         rows += int(chunk_rows)
         traversals += int(chunk_traversals)
         log.info(
-            "users %d-%d of %d: %d rows, %d traversals, %d candidates", begin, end, n_users,
-            chunk_rows, chunk_traversals, counts[_CANDIDATES],
+            "users %d-%d of %d: %d rows, %d traversals, %d candidates",
+            begin,
+            end,
+            n_users,
+            chunk_rows,
+            chunk_traversals,
+            counts[_CANDIDATES],
         )
     return KernelResult(
-        rows=out.head(rows, fb), traversals=traversals,
+        rows=out.head(rows, fb),
+        traversals=traversals,
         stage_counts=dict(zip(STAGE_COUNTS, totals.tolist(), strict=True)),
     )
-
