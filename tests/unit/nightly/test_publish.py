@@ -204,16 +204,16 @@ def test_crash_while_staging_leaves_no_visible_partial_version(tmp_path, monkeyp
     publish_run(night_1, settings)
     night_2, _ = validated_run(home, "night_2", snapshot_date=DAY_2)
 
-    real_link_or_copy = publish_module._link_or_copy
+    real_link_or_copy = publish_module.link_or_copy
     calls = []
 
-    def failing_link_or_copy(source, target):
+    def failing_link_or_copy(source, target, **options):
         calls.append(target)
         if len(calls) == 3:
             raise OSError(errno.EIO, "disk on fire")
-        real_link_or_copy(source, target)
+        real_link_or_copy(source, target, **options)
 
-    monkeypatch.setattr(publish_module, "_link_or_copy", failing_link_or_copy)
+    monkeypatch.setattr(publish_module, "link_or_copy", failing_link_or_copy)
     with pytest.raises(OSError, match="disk on fire"):
         publish_run(night_2, settings)
     published = settings.published_dir
