@@ -223,7 +223,7 @@ def test_crash_while_staging_leaves_no_visible_partial_version(tmp_path, monkeyp
     leftover = published / ".night_2.staging" / "shard_id=000"
     leftover.mkdir(parents=True)  # as if the process had been killed mid-way
     assert [v["run_id"] for v in list_versions(published)] == ["night_1"]
-    monkeypatch.setattr(publish_module, "_link_or_copy", real_link_or_copy)
+    monkeypatch.setattr(publish_module, "link_or_copy", real_link_or_copy)
     assert publish_run(night_2, settings)["current"] is True
     assert sorted(p.name for p in published.iterdir()) == [".lock", "CURRENT", "night_1", "night_2"]
 
