@@ -1,10 +1,10 @@
 """The ``recs`` command line (Typer): one module per command group.
 
 ``data`` (load-dataset, generate-graph), ``ingest`` (ingest, reconcile), ``nightly`` (run,
-shard run, summary, runs) and ``read`` (recommend, serve, token) register their commands on the
-one ``app`` (``recs.cli.app``). Every command calls the same function the Airflow task or the
-API calls. Any error a user can cause exits non-zero with one line ``recs: error: …`` on stderr,
-never a traceback (``main``).
+shard run, validate, publish, summary, runs, runs show, rollback, gc) and ``read`` (recommend,
+serve, token) register their commands on the one ``app`` (``recs.cli.app``). Every command
+calls the same function the Airflow task or the API calls. Any error a user can cause exits
+non-zero with one line ``recs: error: …`` on stderr, never a traceback (``main``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ import polars as pl
 
 from recs.nightly.runs import RunPaths
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class GateBatch:
@@ -42,8 +44,12 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
     One ephemeral GX context, analytics and progress bars off. The GX run id is the run's id
     and ``paths.as_of`` (not the wall clock), so the saved document is the same on a rerun.
     Returns ``{"run_id", "success", "statistics", "checkpoints": [{"name", "batch", "rows",
-    "success", "statistics", "expectations": [{"name", "expectation_type", "kwargs",
-    "success", "result", ["exception_info"]}]}]}``, expectations in suite order.
+    "success", "statistics", ["error"], "expectations": [{"name", "expectation_type", "kwargs",
+    "success", "errored", "result", ["exception", "exception_info"]}]}]}``, expectations in
+    suite order. ``errored`` marks a result GX could not compute (an exception in the result,
+    e.g. a failed metric, which GX reports as ``success: false``); a checkpoint that raised
+    is recorded with its ``error`` and every expectation of its batch errored, and the other
+    batches still run.
     """
     quiet_gx()
     import great_expectations as gx
@@ -77,10 +83,15 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
                 result_format=result_format,
             )
         )
-        result = checkpoint.run(
-            batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
-        )
-        checkpoints.append(_describe(batch, result))
+        try:
+            result = checkpoint.run(
+                batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
+            )
+        except Exception as error:  # noqa: BLE001 - an engine error is an outcome of its own
+            log.exception("GX checkpoint %s raised", checkpoint.name)
+            checkpoints.append(_describe_raised(batch, checkpoint.name, error))
+        else:
+            checkpoints.append(_describe(batch, result))
 
     evaluated = sum(len(c["expectations"]) for c in checkpoints)
     successful = sum(e["success"] for c in checkpoints for e in c["expectations"])
@@ -124,8 +135,15 @@ def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
         statistics = suite_result.describe_dict()["statistics"]
         for expectation_result in suite_result.results:
             check = expectation_result.expectation_config.meta["check"]
-            by_check[check] = {"name": check, **expectation_result.describe_dict()}
+            described = {"name": check, **expectation_result.describe_dict()}
+            messages = _exception_messages(expectation_result.exception_info)
+            if messages:
+                described["exception"] = messages[0]
+                described["exception_info"] = expectation_result.exception_info
+            by_check[check] = described
     expectations = [by_check[check] for check, _ in batch.expectations]
+    for item in expectations:
+        item["errored"] = "exception" in item
     return {
         "name": result.name,
         "batch": batch.name,
@@ -134,6 +152,40 @@ def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
         "statistics": statistics,
         "expectations": json.loads(json.dumps(expectations, default=str)),
     }
+
+
+def _describe_raised(batch: GateBatch, name: str, error: Exception) -> dict[str, Any]:
+    """A checkpoint that raised instead of returning a result: every expectation errored."""
+    message = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    return {
+        "name": name,
+        "batch": batch.name,
+        "rows": batch.frame.height,
+        "success": False,
+        "statistics": {},
+        "error": message,
+        "expectations": [
+            {"name": check, "success": False, "errored": True, "exception": message}
+            for check, _ in batch.expectations
+        ],
+    }
+
+
+def _exception_messages(info: Any) -> list[str]:
+    """The messages of the exceptions recorded in a GX result's ``exception_info``: either one
+    ``{raised_exception, exception_message, ...}`` or, for failed metrics, a mapping of metric
+    id to such a record (which ``describe_dict`` leaves out)."""
+    if not isinstance(info, dict):
+        return []
+    if "raised_exception" in info:
+        records = [info]
+    else:
+        records = [value for value in info.values() if isinstance(value, dict)]
+    return [
+        " ".join(str(record.get("exception_message") or "unknown error").split())[:300]
+        for record in records
+        if record.get("raised_exception")
+    ]
 
 
 def _to_pandas(frame: pl.DataFrame):
