@@ -43,6 +43,22 @@ def shard_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
             yield
 
 
+def in_progress(run_dir: Path) -> bool:
+    """Whether some process holds the lock of the run in ``run_dir`` now (without creating the
+    lock file, so asking changes nothing; ``recs gc`` leaves such a run alone)."""
+    try:
+        descriptor = os.open(Path(run_dir) / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # also releases the lock if we got it
+    return False
+
+
 @contextmanager
 def _flock(path: Path, shared: bool, what: str) -> Iterator[None]:
     path = path.resolve()

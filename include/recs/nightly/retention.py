@@ -27,6 +27,7 @@ from typing import Any
 from recs.config import Settings
 from recs.errors import RunNotFoundError
 from recs.nightly import history
+from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
 from recs.published import current_version, version_manifest
 
@@ -67,6 +68,8 @@ def collect_garbage(
         for run_dir in sorted(p for p in date_dir.iterdir() if p.is_dir()):
             if (date_dir.name, run_dir.name) in backing or _changed_since(run_dir, changed_cutoff):
                 continue
+            if in_progress(run_dir):
+                continue  # another process is working on it: left alone
             removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
             if not dry_run:
                 shutil.rmtree(run_dir)

@@ -429,10 +429,13 @@ def run_figures(
     """The ``run`` batch: one row, ``run_id`` String, ``rows, users, eligible_users`` Int64
     (over the computed shards), ``list_share`` Float64 (users / eligible_users; 0.0 when no
     eligible user is in them), ``users_change, rows_change`` Float64 (``tonight / replaced -
-    1``; null without a replaced version)."""
+    1``; null without a replaced version), ``eligible_all`` Int64 (every row of the
+    ``eligible_users`` export) and ``eligible_planned`` Int64 (the count the shard plan was
+    sized by, ``snapshot/manifest.json``'s ``shard_plan``; null for a run frozen without one)."""
     union = outputs.union
     users = union.get_column("user_id").n_unique() if "user_id" in union.columns else 0
     in_computed = _eligible_in_shards(eligible, outputs.computed, outputs) or 0
+    plan = _read_manifest(paths.snapshot_manifest).get("shard_plan") or {}
     return pl.DataFrame(
         {
             "run_id": [paths.run_id],
@@ -442,6 +445,8 @@ def run_figures(
             "list_share": [users / in_computed if in_computed else 0.0],
             "users_change": [users / replaced.users - 1.0 if replaced else None],
             "rows_change": [union.height / replaced.rows - 1.0 if replaced else None],
+            "eligible_all": [eligible.height],
+            "eligible_planned": [_as_int(plan.get("eligible_users"))],
         },
         schema={
             "run_id": pl.String,
@@ -451,6 +456,8 @@ def run_figures(
             "list_share": pl.Float64,
             "users_change": pl.Float64,
             "rows_change": pl.Float64,
+            "eligible_all": pl.Int64,
+            "eligible_planned": pl.Int64,
         },
     )
 
@@ -485,6 +492,15 @@ def gate_batches(
         column="list_share",
         min_value=settings.gate_min_list_share,
         max_value=1.0,
+    )
+    # The plan's count (the snapshot's own spelling of the eligibility rule) must equal dbt's
+    # eligible_users: the rule has one meaning, whichever code evaluates it.
+    run.expect(
+        "plan_eligible_matches_models",
+        pair_equal,
+        column_A="eligible_planned",
+        column_B="eligible_all",
+        ignore_row_if="either_value_is_missing",
     )
     if replaced is not None:
         for check, column in zip(CHANGE_CHECKS, ("users_change", "rows_change"), strict=True):
