@@ -56,8 +56,9 @@ from recs.nightly.carryover import (
     carried_rows,
     write_shard_file,
 )
+from recs.nightly.gate_inputs import eligible_users
 from recs.nightly.runs import RunPaths, check_run_id
-from recs.nightly.validation import SUMMARY_FILE, eligible_users
+from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
     CURRENT_FILE,
     MANIFEST_FILE,

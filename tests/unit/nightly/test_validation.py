@@ -34,13 +34,9 @@ import pytest
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.errors import ValidationFailedError
+from recs.nightly.gate_inputs import read_shard_outputs
 from recs.nightly.runs import RunPaths
-from recs.nightly.validation import (
-    read_shard_outputs,
-    recommendation_rules,
-    user_rank_stats,
-    validate_run,
-)
+from recs.nightly.validation import recommendation_rules, user_rank_stats, validate_run
 from recs.sharding import shard_of
 
 SNAPSHOT_DATE = dt.date(2026, 11, 1)
@@ -55,8 +51,8 @@ GOOD_ROWS: dict[int, list[tuple]] = {
 }
 EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
 ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
-CHECK_COUNT = (
-    40  # 1 run (2 change checks skipped) + 20 recommendations + 7 rules + 5 users + 7 shards
+CHECK_COUNT = (  # 2 run (2 change checks skipped) + 20 recommendations + 7 rules + 5 users
+    41  # + 7 shards
 )
 
 
@@ -184,7 +180,7 @@ def good_run(tmp_path):
 
 
 def test_good_run_passes_and_saves_results(good_run, capfd):
-    """All 40 checks pass; results.json lists each with success and unexpected counts;
+    """All 41 checks pass; results.json lists each with success and unexpected counts;
     summary.json carries the counts (9 rows, 5 users) and a sha256 per shard; GX is quiet."""
     paths, settings = good_run
     result = validate_run(paths, settings)
