@@ -137,3 +137,12 @@ redis-server: ## Install Debian's Redis server if missing (the Celery test start
 
 test-celery: $(STAMP) postgres-server redis-server ## The nightly DAG on two Celery workers vs `airflow dags test` (also in `make test`)
 	RECS_REQUIRE_POSTGRES=1 RECS_REQUIRE_REDIS=1 $(BIN)/python -m pytest -q tests/integration/test_celery.py
+
+# --- docker-compose.yml (issue 15) --------------------------------------------------------------
+.PHONY: compose-env compose-config
+
+compose-env: ## Write .env with fresh random secrets for docker-compose.yml (never overwrites it)
+	$(PYTHON) deploy/compose_env.py .env
+
+compose-config: compose-env ## Validate docker-compose.yml (docker-compose config; needs no engine)
+	docker-compose config -q && echo "docker-compose.yml: valid"
