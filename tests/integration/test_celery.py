@@ -43,6 +43,19 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
+def redis_server() -> str:
+    """Debian's redis-server (``make redis-server``); missing: skip, or fail under ``make test``
+    (``RECS_REQUIRE_REDIS=1``). Asked first, before the reference run spends minutes."""
+    binary = redis_server_binary()
+    if binary is None:
+        message = "no redis-server: `make test` installs Debian's; or set RECS_REDIS_SERVER"
+        if os.environ.get("RECS_REQUIRE_REDIS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+@pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """``airflow dags test`` of 2026-11-01 on the synthetic graph, in its own home."""
     home = tmp_path_factory.mktemp("dags-test")
@@ -64,14 +77,9 @@ def reference(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def celery_run(reference, tmp_path_factory, postgres_server):
+def celery_run(redis_server, reference, tmp_path_factory, postgres_server):
     """The same date and run id through the Celery stack, over a copy of the retained snapshot;
     every process stopped before the tests look at the result."""
-    if redis_server_binary() is None:
-        message = "no redis-server: `make test` installs Debian's; or set RECS_REDIS_SERVER"
-        if os.environ.get("RECS_REQUIRE_REDIS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
     home = tmp_path_factory.mktemp("celery")
     data = home / "data"
     shutil.copytree(reference["data"] / "snapshots" / DATE, data / "snapshots" / DATE)
