@@ -55,9 +55,9 @@ GOOD_ROWS: dict[int, list[tuple]] = {
 }
 EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
 ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
-CHECK_COUNT = (
-    40  # 1 run (2 change checks skipped) + 20 recommendations + 7 rules + 5 users + 7 shards
-)
+# 2 run (the share, the plan's eligible count; 2 change checks skipped) + 20 recommendations
+# + 7 rules + 5 users + 7 shards
+CHECK_COUNT = 41
 
 
 def gate_settings(home: Path, **overrides) -> Settings:
@@ -184,7 +184,7 @@ def good_run(tmp_path):
 
 
 def test_good_run_passes_and_saves_results(good_run, capfd):
-    """All 40 checks pass; results.json lists each with success and unexpected counts;
+    """All 41 checks pass; results.json lists each with success and unexpected counts;
     summary.json carries the counts (9 rows, 5 users) and a sha256 per shard; GX is quiet."""
     paths, settings = good_run
     result = validate_run(paths, settings)
@@ -240,6 +240,39 @@ def test_results_are_identical_on_rerun(good_run):
     validate_run(paths, settings)
     second = [(paths.validation_dir / n).read_bytes() for n in ("results.json", "summary.json")]
     assert first == second
+
+
+def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, caplog):
+    """GX's own HTML Data Docs of the five checkpoints land in validation/data_docs/ (one
+    validation page per suite, the index linking them); the task log line names results.json and
+    the index; a rerun replaces the site whole; a failed run's docs show the failed check."""
+    paths, settings = good_run
+    with caplog.at_level("INFO", logger="recs.nightly.validation"):
+        result = validate_run(paths, settings)
+    index = paths.validation_dir / "data_docs" / "index.html"
+    assert result["data_docs"] == str(index) and index.is_file()
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    assert results["data_docs"] == str(index)
+    pages = sorted((paths.validation_dir / "data_docs" / "validations").rglob("*.html"))
+    suites = [page.relative_to(paths.validation_dir / "data_docs" / "validations").parts[0]
+              for page in pages]  # fmt: skip
+    assert suites == sorted(f"recs_{b}" for b in
+                            ("run", "recommendations", "recommendation_rules", "users", "shards"))  # fmt: skip
+    assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
+    line = next(r.getMessage() for r in caplog.records if "expectations passed" in r.getMessage())
+    assert f"{CHECK_COUNT} of {CHECK_COUNT} expectations passed" in line
+    assert str(paths.validation_dir / "results.json") in line and str(index) in line
+
+    (paths.validation_dir / "data_docs" / "stale.html").write_text("left by an earlier attempt")
+    rewrite_shard(paths, 0, _set("rank", 7, where=_row(6, 2)))
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+    assert f"Data Docs: {index}" in str(raised.value)
+    assert not (paths.validation_dir / "data_docs" / "stale.html").exists()
+    users_page = next((paths.validation_dir / "data_docs" / "validations" / "recs_users").rglob(
+        "*.html"))  # fmt: skip
+    assert "Failed" in users_page.read_text() or "failed" in users_page.read_text()
+    assert not [p for p in paths.validation_dir.iterdir() if p.name.startswith(".")]
 
 
 def test_run_with_no_recommendations_fails(tmp_path):
