@@ -254,10 +254,10 @@ def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, cap
     results = json.loads((paths.validation_dir / "results.json").read_text())
     assert results["data_docs"] == str(index)
     pages = sorted((paths.validation_dir / "data_docs" / "validations").rglob("*.html"))
-    suites = [page.relative_to(paths.validation_dir / "data_docs" / "validations").parts[0]
-              for page in pages]  # fmt: skip
-    assert suites == sorted(f"recs_{b}" for b in
-                            ("run", "recommendations", "recommendation_rules", "users", "shards"))  # fmt: skip
+    validations = paths.validation_dir / "data_docs" / "validations"
+    suites = [page.relative_to(validations).parts[0] for page in pages]
+    batches = ("run", "recommendations", "recommendation_rules", "users", "shards")
+    assert suites == sorted(f"recs_{batch}" for batch in batches)
     assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
     line = next(r.getMessage() for r in caplog.records if "expectations passed" in r.getMessage())
     assert f"{CHECK_COUNT} of {CHECK_COUNT} expectations passed" in line
