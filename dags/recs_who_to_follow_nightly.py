@@ -37,12 +37,17 @@ from airflow.sdk import (
 
 from recs.assets import (
     DUCKDB_WRITER_POOL,
+    LIVE_STORE_ASSET_NAME,
+    LIVE_STORE_ASSET_URI,
     PUBLISHED_ASSET_NAME,
     PUBLISHED_ASSET_URI,
     SNAPSHOT_ASSET_NAME,
     SNAPSHOT_ASSET_URI,
 )
 
+# Lineage (recs.assets): ingest → live store → freeze_snapshot → snapshot → publish_run →
+# published. Inlets only: the cron schedule stays (a run per ingest batch is not the design).
+LIVE_STORE = Asset(name=LIVE_STORE_ASSET_NAME, uri=LIVE_STORE_ASSET_URI)
 SNAPSHOT = Asset(name=SNAPSHOT_ASSET_NAME, uri=SNAPSHOT_ASSET_URI)
 PUBLISHED = Asset(name=PUBLISHED_ASSET_NAME, uri=PUBLISHED_ASSET_URI)
 
@@ -117,7 +122,7 @@ def _paths(run: dict[str, str]):
     },
 )
 def recs_who_to_follow_nightly():
-    @task(outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
+    @task(inlets=[LIVE_STORE], outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
     def freeze_snapshot() -> dict[str, str]:
         """Consistent, non-blocking read of the live store into the run's snapshot Parquet."""
         from airflow.sdk.configuration import conf
@@ -193,15 +198,22 @@ def recs_who_to_follow_nightly():
         pipeline.validate_run(_paths(run))
         return run
 
-    @task(outlets=[PUBLISHED], **DATA_TASK_RETRIES)
+    @task(inlets=[SNAPSHOT], outlets=[PUBLISHED], **DATA_TASK_RETRIES)
     def publish_run(run: dict[str, str]) -> dict:
-        """Write published/<run_id>/ and atomically swap CURRENT to it."""
+        """Write published/<run_id>/ and atomically swap CURRENT to it; the asset event says
+        what was published (users, rows, the shards carried over and from which run)."""
         from recs.nightly import pipeline
 
         result = pipeline.publish_run(_paths(run))
         get_current_context()["outlet_events"][PUBLISHED].extra = {
-            "version": str(result.get("version", run["run_id"])),
             **run,
+            "version_dir": result["version_dir"],
+            "current": result["current"],
+            "users": result["users"],
+            "rows": result["rows"],
+            "shard_count": result["shard_count"],
+            "carried_over": result["carried_over"],
+            "previous": result["previous"],
         }
         return result
 

@@ -128,6 +128,31 @@ def test_a_failed_mapped_shard_still_lets_validate_and_publish_run(night_1, nigh
         ("computed", None),
         ("computed", None),
     ]
+    # The published asset event says what was published, carried shards included.
+    extra = published_asset_events(dag_run)[-1]
+    assert extra["run_id"] == run_id and extra["current"] is True
+    assert (extra["users"], extra["rows"]) == (manifest["users"], manifest["rows"])
+    assert extra["carried_over"] == [{"shard_id": 1, "carried_from": "night_1"}]
+    assert extra["previous"] == "night_1"
+
+
+def published_asset_events(dag_run) -> list[dict]:
+    """The ``extra`` of the published asset's events this DAG run emitted, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from recs.assets import PUBLISHED_ASSET_URI
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == PUBLISHED_ASSET_URI)
+            .filter(AssetEvent.source_run_id == dag_run.run_id)
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        return [dict(event.extra or {}) for event in events]
 
 
 @pytest.mark.slow

@@ -67,6 +67,16 @@ def build_models(paths: RunPaths) -> dict[str, Any]:
         return _build(paths, run_settings(paths))
 
 
+def dbt_docs(paths: RunPaths) -> dict[str, Any]:
+    """dbt's docs (lineage, catalog) of a built run into ``<run_dir>/dbt/docs/``
+    (``recs.nightly.models.generate_docs``), under the run's lock: the catalog opens the
+    run's DuckDB file, which no stage may be writing meanwhile."""
+    from recs.nightly.models import generate_docs
+
+    with run_lock(paths):
+        return generate_docs(paths, run_settings(paths))
+
+
 def build_graph(paths: RunPaths) -> dict[str, Any]:
     """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
     from recs.traversal.graph import build_graph as _build

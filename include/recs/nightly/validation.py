@@ -89,10 +89,12 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     Returns ``{"run_id", "outcome": "passed", "success", "evaluated", "failed", "skipped",
     "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
-    "results", "summary", "seconds"}``. Raises, after saving: ``ValidationFailedError`` (the
-    failed checks), ``ValidationEngineError`` (the checks that could not be evaluated, or the
-    exception), ``NothingToValidateError``; each a one-line message. The wall clock is only
-    read to time the stage.
+    "results", "summary", "data_docs", "seconds"}`` (``data_docs``: the GX Data Docs'
+    ``index.html`` under ``validation/data_docs/``, None if they could not be built). Raises,
+    after saving: ``ValidationFailedError`` (the failed checks), ``ValidationEngineError`` (the
+    checks that could not be evaluated, or the exception), ``NothingToValidateError``; each a
+    one-line message naming ``results.json`` and the Data Docs. The wall clock is only read to
+    time the stage.
     """
     started = time.perf_counter()
     report = _Report(paths)
@@ -150,6 +152,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     errored = [e["name"] for e in checks if e.get("errored")]
     failed = [e["name"] for e in checks if not e["success"] and not e.get("errored")]
     evaluated = len(checks)
+    docs = report.results.get("data_docs") or "not built"
     if errored:
         results_path = report.save("errored", None, failed=failed, errored=errored)
         first = next(e for e in checks if e.get("errored"))
@@ -157,23 +160,27 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         raise ValidationEngineError(
             f"validation errored for run {paths.run_id}: {len(errored)} of {evaluated} checks "
             f"could not be evaluated ({named}): {first.get('exception')} "
-            f"(details: {results_path}); this is not a verdict on the data"
+            f"(details: {results_path}; Data Docs: {docs}); this is not a verdict on the data"
         )
     if failed:
         results_path = report.save("failed", None, failed=failed)
         raise ValidationFailedError(
             f"validation failed for run {paths.run_id}: {len(failed)} of {evaluated} "
-            f"expectations failed: {', '.join(failed)} (details: {results_path})"
+            f"expectations failed: {', '.join(failed)} (details: {results_path}; Data Docs: {docs})"
         )
     results_path = report.save("passed", None)
     summary = report.summary
     log.info(
-        "validate %s: %d expectations passed, %d skipped, shards carried over: %s (%.2fs)",
+        "validate %s: %d of %d expectations passed, %d skipped, shards carried over: %s "
+        "(%.2fs); results: %s; Data Docs: %s",
         paths.run_id,
+        evaluated,
         evaluated,
         len(summary["skipped"]),
         summary["failed_shards"] or "none",
         time.perf_counter() - started,
+        results_path,
+        docs,
     )
     return {
         "run_id": paths.run_id,
@@ -195,6 +202,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         },
         "results": str(results_path),
         "summary": str(paths.validation_dir / SUMMARY_FILE),
+        "data_docs": report.results.get("data_docs"),
         "seconds": round(time.perf_counter() - started, 3),
     }
 

@@ -34,9 +34,13 @@ import pytest
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.errors import ValidationFailedError
-from recs.nightly.gate_inputs import read_shard_outputs
 from recs.nightly.runs import RunPaths
-from recs.nightly.validation import recommendation_rules, user_rank_stats, validate_run
+from recs.nightly.validation import (
+    read_shard_outputs,
+    recommendation_rules,
+    user_rank_stats,
+    validate_run,
+)
 from recs.sharding import shard_of
 
 SNAPSHOT_DATE = dt.date(2026, 11, 1)
@@ -51,9 +55,9 @@ GOOD_ROWS: dict[int, list[tuple]] = {
 }
 EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
 ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
-CHECK_COUNT = (  # 2 run (2 change checks skipped) + 20 recommendations + 7 rules + 5 users
-    41  # + 7 shards
-)
+# 2 run (the share, the plan's eligible count; 2 change checks skipped) + 20 recommendations
+# + 7 rules + 5 users + 7 shards
+CHECK_COUNT = 41
 
 
 def gate_settings(home: Path, **overrides) -> Settings:
@@ -236,6 +240,39 @@ def test_results_are_identical_on_rerun(good_run):
     validate_run(paths, settings)
     second = [(paths.validation_dir / n).read_bytes() for n in ("results.json", "summary.json")]
     assert first == second
+
+
+def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, caplog):
+    """GX's own HTML Data Docs of the five checkpoints land in validation/data_docs/ (one
+    validation page per suite, the index linking them); the task log line names results.json and
+    the index; a rerun replaces the site whole; a failed run's docs show the failed check."""
+    paths, settings = good_run
+    with caplog.at_level("INFO", logger="recs.nightly.validation"):
+        result = validate_run(paths, settings)
+    index = paths.validation_dir / "data_docs" / "index.html"
+    assert result["data_docs"] == str(index) and index.is_file()
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    assert results["data_docs"] == str(index)
+    pages = sorted((paths.validation_dir / "data_docs" / "validations").rglob("*.html"))
+    validations = paths.validation_dir / "data_docs" / "validations"
+    suites = [page.relative_to(validations).parts[0] for page in pages]
+    batches = ("run", "recommendations", "recommendation_rules", "users", "shards")
+    assert suites == sorted(f"recs_{batch}" for batch in batches)
+    assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
+    line = next(r.getMessage() for r in caplog.records if "expectations passed" in r.getMessage())
+    assert f"{CHECK_COUNT} of {CHECK_COUNT} expectations passed" in line
+    assert str(paths.validation_dir / "results.json") in line and str(index) in line
+
+    (paths.validation_dir / "data_docs" / "stale.html").write_text("left by an earlier attempt")
+    rewrite_shard(paths, 0, _set("rank", 7, where=_row(6, 2)))
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+    assert f"Data Docs: {index}" in str(raised.value)
+    assert not (paths.validation_dir / "data_docs" / "stale.html").exists()
+    users_page = next((paths.validation_dir / "data_docs" / "validations" / "recs_users").rglob(
+        "*.html"))  # fmt: skip
+    assert "Failed" in users_page.read_text() or "failed" in users_page.read_text()
+    assert not [p for p in paths.validation_dir.iterdir() if p.name.startswith(".")]
 
 
 def test_run_with_no_recommendations_fails(tmp_path):
