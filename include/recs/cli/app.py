@@ -54,8 +54,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 
 
 # A user id is read as text and parsed by recs.serving.auth.parse_id (canonical decimal,
-# 0 .. 2**63-1), so `recs recommend -1` says what a user id is instead of "No such option: -1": commands
-# taking one accept unknown option-like words as arguments (a mistyped option then shows up
+# 0 .. 2**63-1), so `recs recommend -1` says what a user id is instead of "No such option: -1":
+# commands taking one accept unknown option-like words as arguments (a mistyped option then shows up
 # as "unexpected extra argument").
 UserIdArg = Annotated[
     str, typer.Argument(help="User id: 0 .. 2**63-1, plain decimal.", metavar="USER_ID")

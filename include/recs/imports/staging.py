@@ -1,0 +1,324 @@
+"""The working area of one import: a DuckDB database in a temporary folder, outside the store.
+
+Validated rows of every batch are appended to ``accepted`` and rejects to ``rejects`` as they
+are read; nothing touches the live store until the whole input has been read. Then:
+
+- ``distinct_rows`` streams the accepted rows in key order (``ORDER BY key, line_number``: the
+  order the store's primary key is built in fastest) and drops each row whose key an earlier
+  line already had, recording it as a ``duplicate`` of that first line;
+- ``reverse_rows`` streams the same distinct rows in reverse-key order (PostgreSQL's
+  ``follow_edges_reverse``);
+- ``user_summary`` / ``follow_counts`` aggregate what ``distinct_rows`` saw, per account.
+
+DuckDB sorts and aggregates on all cores within ``memory_mb`` and spills to the folder beyond
+it, so memory stays bounded by a batch and that limit, whatever the input's size. The folder is
+removed on exit; one left by a killed import is removed by the next one (``staging_folder``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+
+from recs.contracts import TS
+from recs.files import atomic_path
+from recs.imports.sources import REJECT_SCHEMA
+from recs.imports.tables import ImportTable
+from recs.imports.validation import accepted_schema
+
+log = logging.getLogger("recs.imports.staging")
+
+STREAM_BATCH_ROWS = 1 << 17
+"""Rows per batch streamed from the staging area to the store."""
+
+_DUCK_TYPES = {pl.Int64: "BIGINT", TS: "TIMESTAMP", pl.String: "VARCHAR", pl.Boolean: "BOOLEAN"}
+
+
+@contextmanager
+def staging_folder(parent: Path) -> Iterator[Path]:
+    """A new folder ``parent/import-<pid>``, removed on exit; first removes the folders of
+    imports whose process no longer runs (killed: nothing else would remove them)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob("import-*"):
+        pid = stale.name.removeprefix("import-")
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = parent / f"import-{os.getpid()}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    return psutil.pid_exists(pid)
+
+
+class Staging:
+    """DuckDB staging of one table's import (module docstring). Use as a context manager."""
+
+    def __init__(
+        self, table: ImportTable, folder: Path, *, memory_mb: int, threads: int | None = None
+    ) -> None:
+        import duckdb
+
+        self.table = table
+        self.schema = accepted_schema(table)
+        self.db = duckdb.connect(
+            config={
+                "memory_limit": f"{memory_mb}MB",
+                "temp_directory": str(folder / "spill"),
+                "preserve_insertion_order": False,
+                "threads": threads or os.cpu_count() or 1,
+            }
+        )
+        columns = ", ".join(f"{name} {_DUCK_TYPES[dtype]}" for name, dtype in self.schema.items())
+        self.db.execute(f"CREATE TABLE accepted ({columns})")
+        self.db.execute(
+            "CREATE TABLE rejects "
+            "(line_number BIGINT, reason VARCHAR, detail VARCHAR, line VARCHAR)"
+        )
+        self.db.execute("CREATE TABLE duplicates (line_number BIGINT)")
+        self.db.execute(
+            "CREATE TABLE user_parts (user_id BIGINT, first_time TIMESTAMP, last_time TIMESTAMP)"
+        )
+        self.db.execute(
+            "CREATE TABLE count_parts "
+            "(user_id BIGINT, follower_count BIGINT, following_count BIGINT)"
+        )
+        self.accepted_rows = 0
+        self.distinct = 0
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.db.close()
+
+    # --- filling ------------------------------------------------------------------------------
+
+    def _append(self, table: str, frame: pl.DataFrame, cursor=None) -> None:
+        if not frame.height:
+            return
+        connection = cursor or self.db
+        connection.register("incoming", frame.to_arrow())
+        try:
+            connection.execute(f"INSERT INTO {table} SELECT * FROM incoming")
+        finally:
+            connection.unregister("incoming")
+
+    def add(self, accepted: pl.DataFrame, rejects: pl.DataFrame) -> None:
+        """Append one validated batch (``validate``'s frames)."""
+        self._append("accepted", accepted.select(list(self.schema)))
+        self._append("rejects", rejects.select(list(REJECT_SCHEMA)))
+        self.accepted_rows += accepted.height
+
+    def add_rejects(self, rejects: pl.DataFrame) -> None:
+        self._append("rejects", rejects.select(list(REJECT_SCHEMA)))
+
+    def rejected_by_reason(self) -> dict[str, int]:
+        rows = self.db.execute(
+            "SELECT reason, count(*) FROM rejects GROUP BY reason ORDER BY reason"
+        ).fetchall()
+        return {reason: count for reason, count in rows}
+
+    # --- streaming out ------------------------------------------------------------------------
+
+    def distinct_rows(
+        self, *, users_of: tuple[str, ...] = (), counts: bool = False, times_given: bool = True
+    ) -> Iterator[pl.DataFrame]:
+        """The accepted rows in ``(key, line_number)`` order, one per key (its first line);
+        the others become ``duplicate`` rejects. ``users_of``: id columns whose accounts are
+        summarised (``user_summary``); ``counts``: follow counts are summed (``follow_counts``).
+        ``times_given``: the rows' time comes from the source (else it is the default, and
+        says nothing about activity). Frames have the accepted columns."""
+        key = self.table.key
+        order = ", ".join([*key, "line_number"])
+        cursor = self.db.cursor()
+        previous: dict[str, object] | None = None
+        first_line: int | None = None
+        query = self.db.sql(f"SELECT * FROM accepted ORDER BY {order}")
+        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
+            for batch in reader:
+                frame = pl.from_arrow(batch)
+                assert isinstance(frame, pl.DataFrame)
+                if not frame.height:
+                    continue
+                repeated = _repeats_previous(frame, key, previous)
+                group_first = pl.select(
+                    pl.when(~repeated).then(frame["line_number"]).otherwise(None)
+                ).to_series()
+                group_first = group_first.forward_fill()
+                if first_line is not None:  # a key group continued from the batch before
+                    group_first = group_first.fill_null(first_line)
+                previous = frame.row(-1, named=True)
+                first_line = int(group_first[-1])
+                if repeated.any():
+                    self._note_duplicates(frame, repeated, group_first, cursor)
+                    frame = frame.filter(~repeated)
+                self.distinct += frame.height
+                if users_of:
+                    self._append(
+                        "user_parts", _user_parts(frame, self.table, users_of, times_given), cursor
+                    )
+                if counts:
+                    self._append("count_parts", follow_count_parts(frame), cursor)
+                yield frame
+        cursor.close()
+
+    def _note_duplicates(self, frame, repeated, group_first, cursor) -> None:
+        dupes = frame.with_columns(first=group_first).filter(repeated)
+        key = ", ".join(f"{name} {{}}" for name in self.table.key)
+        details = [
+            "same " + key.format(*values) + f" as line {first:,}"
+            for *values, first in dupes.select([*self.table.key, "first"]).iter_rows()
+        ]
+        self._append(
+            "rejects",
+            pl.DataFrame(
+                {
+                    "line_number": dupes["line_number"],
+                    "reason": ["duplicate"] * dupes.height,
+                    "detail": details,
+                    "line": [None] * dupes.height,
+                },
+                schema=REJECT_SCHEMA,
+            ),
+            cursor,
+        )
+        self._append("duplicates", dupes.select("line_number"), cursor)
+
+    def reverse_rows(self, columns: list[str]) -> Iterator[pl.DataFrame]:
+        """The distinct rows (after ``distinct_rows`` ran) ordered by the reverse key (the
+        second key column first), with ``columns``."""
+        left, right = self.table.key[:2]
+        query = self.db.sql(
+            f"SELECT {', '.join(columns)} FROM accepted "
+            "ANTI JOIN duplicates USING (line_number) "
+            f"ORDER BY {right}, {left}"
+        )
+        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
+            for batch in reader:
+                frame = pl.from_arrow(batch)
+                assert isinstance(frame, pl.DataFrame)
+                yield frame
+
+    def user_summary(self) -> Iterator[pl.DataFrame]:
+        """One row per account the distinct rows name, by ``user_id``: ``user_id`` Int64,
+        ``created_at`` (the earliest time of its rows) and ``last_active_at`` (the latest time
+        of the rows it is the actor of; null if none)."""
+        query = self.db.sql(
+            "SELECT user_id, min(first_time) AS created_at, max(last_time) AS last_active_at "
+            "FROM user_parts GROUP BY user_id ORDER BY user_id"
+        )
+        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
+            for batch in reader:
+                yield _frame(batch)
+
+    def follow_counts(self) -> Iterator[pl.DataFrame]:
+        """``user_id, follower_count, following_count`` (Int64) of the distinct active follows,
+        one row per account with any, by ``user_id``."""
+        query = self.db.sql(
+            "SELECT user_id, sum(follower_count)::BIGINT AS follower_count, "
+            "sum(following_count)::BIGINT AS following_count "
+            "FROM count_parts GROUP BY user_id ORDER BY user_id"
+        )
+        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
+            for batch in reader:
+                yield _frame(batch)
+
+    # --- the rejects file ---------------------------------------------------------------------
+
+    def write_rejects(self, path: Path) -> int:
+        """Write every reject, by line number, as CSV (``line_number, reason, detail, line``)
+        to ``path`` atomically; returns the number of rows."""
+        count = self.db.execute("SELECT count(*) FROM rejects").fetchone()[0]
+        with atomic_path(path) as tmp:
+            self.db.execute(
+                f"COPY (SELECT * FROM rejects ORDER BY line_number, reason) TO '{_quoted(tmp)}' "
+                "(FORMAT csv, HEADER true)"
+            )
+        return int(count)
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _frame(batch) -> pl.DataFrame:
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _repeats_previous(frame: pl.DataFrame, key: tuple[str, ...], previous) -> pl.Series:
+    """Whether each row has the key of the row before it (the first row: of ``previous``, the
+    last row of the batch before)."""
+    same = None
+    for name in key:
+        column = frame.get_column(name)
+        before = column.shift(1)
+        if previous is not None:
+            before = before.scatter(0, previous[name])
+        equal = (column == before).fill_null(False)
+        same = equal if same is None else same & equal
+    assert same is not None
+    return same
+
+
+def _user_parts(
+    frame: pl.DataFrame, table: ImportTable, users_of: tuple[str, ...], times_given: bool
+) -> pl.DataFrame:
+    """Per account of this batch: its earliest time and, as the actor, its latest time."""
+    time = table.time_columns[0] if table.time_columns else None
+    parts = []
+    for name in users_of:
+        first = pl.col(time).min() if time else pl.lit(None, dtype=TS)
+        last = (
+            pl.col(time).max()
+            if time and times_given and name == table.actor
+            else pl.lit(None, dtype=TS)
+        )
+        parts.append(
+            frame.group_by(name)
+            .agg(first.alias("first_time"), last.alias("last_time"))
+            .rename({name: "user_id"})
+            .select(pl.col("user_id"), pl.col("first_time").cast(TS), pl.col("last_time").cast(TS))
+        )
+    return pl.concat(parts)
+
+
+def follow_count_parts(frame: pl.DataFrame) -> pl.DataFrame:
+    """``user_id, follower_count, following_count`` (Int64) of the active follows of
+    ``frame``: one row per account and direction (sum them by ``user_id``)."""
+    active = frame.filter(pl.col("status") == "active")
+    following = (
+        active.group_by("follower_id").len("following_count").rename({"follower_id": "user_id"})
+    )
+    followers = (
+        active.group_by("followee_id").len("follower_count").rename({"followee_id": "user_id"})
+    )
+    return pl.concat(
+        [
+            following.select(
+                "user_id",
+                pl.lit(0, pl.Int64).alias("follower_count"),
+                pl.col("following_count").cast(pl.Int64),
+            ),
+            followers.select(
+                "user_id",
+                pl.col("follower_count").cast(pl.Int64),
+                pl.lit(0, pl.Int64).alias("following_count"),
+            ),
+        ]
+    )
