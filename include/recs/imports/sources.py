@@ -214,15 +214,18 @@ class DelimitedFile:
                 keep[np.flatnonzero(keep)[0]] = False
                 header_pending = False
             width = len(self.columns)
-            ragged = keep & (lines.fields != width)
+            ragged = keep & ((lines.fields != width) | lines.unbalanced)
             malformed = None
             if ragged.any():
                 at = np.flatnonzero(ragged)
+                details = [
+                    "an unbalanced double quote" if odd else f"{n} fields, expected {width}"
+                    for n, odd in zip(
+                        lines.fields[at].tolist(), lines.unbalanced[at].tolist(), strict=True
+                    )
+                ]
                 malformed = reject_frame(
-                    first_line + at,
-                    "malformed_line",
-                    [f"{n} fields, expected {width}" for n in lines.fields[at].tolist()],
-                    lines.texts(at),
+                    first_line + at, "malformed_line", details, lines.texts(at)
                 )
                 keep = keep & ~ragged
             kept = np.flatnonzero(keep)
@@ -290,10 +293,13 @@ class _BlockLines:
         # so an unbalanced quote spoils only its own line), plus one
         at = np.flatnonzero(data == ord(separator))
         line_of = np.searchsorted(starts, at, side="right") - 1
+        self.unbalanced = np.zeros(len(ends), dtype=bool)
         if _QUOTE in block:
             quotes = np.cumsum(data == _QUOTE, dtype=np.int64)
             before_line = np.concatenate(([0], quotes))[starts]
             line_of = line_of[(quotes[at] - before_line[line_of]) % 2 == 0]
+            quote_lines = np.searchsorted(starts, np.flatnonzero(data == _QUOTE), "right") - 1
+            self.unbalanced = np.bincount(quote_lines, minlength=len(ends)) % 2 == 1
         self.fields = np.bincount(line_of, minlength=len(ends)) + 1
 
     def select(self, keep: np.ndarray) -> bytes:
