@@ -82,6 +82,7 @@ class Staging:
                 "threads": threads or os.cpu_count() or 1,
             }
         )
+        self.db.execute("SET enable_progress_bar = false")  # it prints on stdout (--json)
         columns = ", ".join(f"{name} {_DUCK_TYPES[dtype]}" for name, dtype in self.schema.items())
         self.db.execute(f"CREATE TABLE accepted ({columns})")
         self.db.execute(
