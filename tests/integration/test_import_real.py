@@ -44,6 +44,15 @@ def recs_env(home: Path, store_url: str | None) -> dict[str, str]:
     return env
 
 
+def run_recs(env: dict[str, str], cwd: Path, *args: str) -> str:
+    """``recs <args>`` in a process of its own; its stdout (the exit status must be 0)."""
+    done = subprocess.run(
+        [*RECS, *args], env=env, capture_output=True, text=True, cwd=cwd, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def store_rows(settings: Settings) -> dict[str, list[tuple]]:
     with open_reader(settings.live_store_url) as reader:
         return {
@@ -151,46 +160,34 @@ def test_the_same_graph_in_sqlite_and_postgresql_gives_the_same_snapshot(postgre
     assert differing == {"manifest.json"}
 
 
-def test_a_bundled_real_graph_imported_as_a_user_would_runs_and_publishes(tmp_path):
-    """soc-Slashdot0902 straight from datasets/ with --generate-missing (the file has no
-    activity times), then ``recs run`` for the demo date: a version is published."""
+def import_then_run(tmp_path: Path, import_args: list[str], snapshot_date: str):
+    """``recs import edges <import_args> --json`` then ``recs run --snapshot-date``, as a user
+    runs them; returns the import's summary and the published recommendations."""
     home = tmp_path / "home"
     env = recs_env(home, None)
     env["DBT_PROFILES_DIR"] = str(REPO / "dbt_project")
-    imported = subprocess.run(
-        [
-            *RECS,
-            "import",
-            "edges",
-            str(DATASETS / "soc-Slashdot0902.txt.gz"),
-            "--generate-missing",
-            "--json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert imported.returncode == 0, imported.stderr[-3000:]
-    summary = json.loads(imported.stdout)
-    assert summary["loaded"] == 870_161
-    assert summary["rejected_by_reason"] == {"self_loop": 78_303}
-    assert summary["users_created"] == 82_168
-    run = subprocess.run(
-        [*RECS, "run", "--snapshot-date", "2026-11-01", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=1800,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+
+    summary = json.loads(run_recs(env, tmp_path, "import", "edges", *import_args, "--json"))
+    run_recs(env, REPO, "run", "--snapshot-date", snapshot_date)
     current = (home / "published" / "CURRENT").read_text().strip()
     published = pl.read_parquet(
         home / "published" / current / "shard_id=*" / "recommendations.parquet",
         hive_partitioning=False,
     )
+    return summary, published
+
+
+def test_a_bundled_real_graph_imported_as_a_user_would_runs_and_publishes(tmp_path):
+    """soc-Slashdot0902 straight from datasets/ with --generate-missing (the file has no
+    activity times), then ``recs run`` for the demo date: a version is published."""
+    summary, published = import_then_run(
+        tmp_path,
+        [str(DATASETS / "soc-Slashdot0902.txt.gz"), "--generate-missing"],
+        "2026-11-01",
+    )
+    assert summary["loaded"] == 870_161
+    assert summary["rejected_by_reason"] == {"self_loop": 78_303}
+    assert summary["users_created"] == 82_168
     assert published.height > 100_000
 
 
@@ -198,44 +195,19 @@ def test_a_real_graph_with_its_own_times_runs_on_its_own_dates(tmp_path):
     """Bitcoin OTC keeps its real rating times (epoch seconds, column 4): the accounts' activity
     comes from them, so a run for the data's last day (2016-01-24) finds eligible users and
     publishes, with nothing generated."""
-    home = tmp_path / "home"
-    env = recs_env(home, None)
-    env["DBT_PROFILES_DIR"] = str(REPO / "dbt_project")
-    imported = subprocess.run(
+    summary, published = import_then_run(
+        tmp_path,
         [
-            *RECS,
-            "import",
-            "edges",
             str(DATASETS / "soc-sign-bitcoinotc.csv.gz"),
             "--created-at-col",
             "4",
             "--time-format",
             "epoch-s",
-            "--json",
         ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        "2016-01-24",
     )
-    assert imported.returncode == 0, imported.stderr[-3000:]
-    summary = json.loads(imported.stdout)
     assert (summary["loaded"], summary["users_created"], summary["rejected"]) == (35_592, 5_881, 0)
     assert summary["generated"] == []
-    run = subprocess.run(
-        [*RECS, "run", "--snapshot-date", "2016-01-24"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=1800,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    current = (home / "published" / "CURRENT").read_text().strip()
-    published = pl.read_parquet(
-        home / "published" / current / "shard_id=*" / "recommendations.parquet",
-        hive_partitioning=False,
-    )
     assert published["user_id"].n_unique() > 10
 
 
@@ -262,36 +234,21 @@ def test_a_fresh_clone_with_nothing_beside_it_loads_the_demo_graph(tmp_path):
         cwd=clone,
     )
     assert where.stdout.strip().startswith(str(clone / "include"))
-    loaded = subprocess.run(
-        [*RECS, "load-dataset", "slashdot", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=clone,
-        timeout=900,
-    )
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    summary = json.loads(loaded.stdout)
+    summary = json.loads(run_recs(env, clone, "load-dataset", "slashdot", "--json"))
     assert summary["path"] == str(clone / "datasets" / "soc-Slashdot0902.txt.gz")
     assert summary["users"] == 82_168 and summary["follow_edges"] == 870_161
-    imported = subprocess.run(
-        [
-            *RECS,
-            "import",
-            "edges",
-            "datasets/twitter-followers-bofa_careers.tsv.gz",
-            "--follower-col",
-            "2",
-            "--followee-col",
-            "1",
-            "--replace",
-            "--json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=clone,
-        timeout=300,
+    bofa = "datasets/twitter-followers-bofa_careers.tsv.gz"  # (followee, follower) columns
+    imported = run_recs(
+        env,
+        clone,
+        "import",
+        "edges",
+        bofa,
+        "--follower-col",
+        "2",
+        "--followee-col",
+        "1",
+        "--replace",
+        "--json",
     )
-    assert imported.returncode == 0, imported.stderr[-3000:]
-    assert json.loads(imported.stdout)["loaded"] == 68_328
+    assert json.loads(imported)["loaded"] == 68_328

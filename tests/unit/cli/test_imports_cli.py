@@ -8,26 +8,14 @@ import sqlite3
 
 import pytest
 
-from recs import cli
 from recs.config import get_settings
 from recs.imports.tables import IMPORT_TABLES, REJECT_REASONS
 
 
-@pytest.fixture
-def recs(tmp_path, monkeypatch, capsys):
-    """``recs(*args) -> (exit code, stdout, stderr lines)`` with RECS_HOME in tmp_path."""
-    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("RECS_STORE_URL", raising=False)
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    """Relative paths in the commands are files of the test's folder."""
     monkeypatch.chdir(tmp_path)
-    get_settings.cache_clear()
-
-    def run(*args: str):
-        code = cli.main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err.splitlines()
-
-    yield run
-    get_settings.cache_clear()
 
 
 def one_error(lines: list[str]) -> str:
