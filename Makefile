@@ -118,3 +118,12 @@ postgres-server: ## Install Debian's PostgreSQL server binaries if missing (test
 BENCH_INGEST_ARGS ?=
 bench-ingest: $(STAMP) postgres-server ## Ingest rate and follow/unfollow write latency with vs without a concurrent snapshot, SQLite and PostgreSQL
 	$(BIN)/python bench/ingest.py $(BENCH_INGEST_ARGS)
+
+# --- bring your own graph (issue 14) -------------------------------------------------------------
+# `recs import` into SQLite and a throwaway durable PostgreSQL, from a synthetic export written
+# once under /tmp/recs-bench-import; e.g. make bench-import BENCH_IMPORT_ARGS="--users 40000".
+.PHONY: bench-import
+
+BENCH_IMPORT_ARGS ?=
+bench-import: $(STAMP) postgres-server ## recs import edges rate into SQLite and PostgreSQL (edges/s, CPU, peak RSS) beside each store's floor
+	$(BIN)/python bench/imports.py $(BENCH_IMPORT_ARGS)

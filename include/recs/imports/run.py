@@ -32,7 +32,7 @@ import polars as pl
 
 from recs.config import Settings
 from recs.errors import ImportInputError
-from recs.imports.sources import ParquetSource, Source
+from recs.imports.sources import DelimitedFile, ParquetSource, Source
 from recs.imports.staging import Staging, staging_folder
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
 from recs.imports.validation import ParseOptions, column_mapping, validate
@@ -112,6 +112,8 @@ def import_table(
     mapping = column_mapping(spec, source, columns)
     if isinstance(source, ParquetSource):
         source.wanted = sorted({name for name in mapping.values() if name is not None})
+    if isinstance(source, DelimitedFile):
+        source.integer_columns = {mapping[name] for name in spec.id_columns}
     started = time.perf_counter()
     timings: dict[str, float] = {}
     with (
@@ -242,7 +244,6 @@ def _write(
                 progress=progress,
             )
         )
-        writer.analyze(["follow_edges", "users"])
         return result
     frames = staging.distinct_rows(
         users_of=spec.id_columns if creates_users else (),
@@ -275,7 +276,6 @@ def _write(
             fresh=users_fresh,
             progress=progress,
         )
-    writer.analyze([spec.table, *(["follow_edges_reverse"] if is_edges else []), "users"])
     return result
 
 

@@ -164,6 +164,8 @@ class DelimitedFile:
             else:
                 self.columns = [str(i) for i in range(1, len(fields) + 1)]
         self.headerless = not self.has_header
+        self.integer_columns: set[str] = set()  # set by the import: its id columns
+        self._typed = True
         duplicated = sorted({c for c in self.columns if self.columns.count(c) > 1})
         if duplicated:
             raise ImportInputError(f"{path}: the header names {', '.join(duplicated)} twice")
@@ -237,27 +239,42 @@ class DelimitedFile:
                 malformed,
             )
 
-    def _schema(self) -> dict[str, pl.DataType]:
-        return {name: pl.String for name in self.columns}
+    def _schema(self, typed: bool = False) -> dict[str, pl.DataType]:
+        return {
+            name: pl.Int64 if typed and name in self.integer_columns else pl.String
+            for name in self.columns
+        }
 
     def _parse(self, text: bytes, line_numbers: np.ndarray) -> pl.DataFrame:
-        try:
-            frame = pl.read_csv(
-                text,
-                has_header=False,
-                separator=self.separator,
-                schema=self._schema(),
-                quote_char='"',
-                encoding="utf8-lossy",
-                missing_columns="insert",
-                raise_if_empty=False,
-            )
-        except Exception as error:  # noqa: BLE001 - polars' ComputeError etc.: one line
-            first = " ".join(str(error).split())[:300]
-            raise ImportInputError(
-                f"{self.path}: lines {line_numbers[0]:,}-{line_numbers[-1]:,} do not parse as "
-                f"{_separator_name(self.separator)}-separated text: {first}"
-            ) from None
+        """The lines as a frame: the ``integer_columns`` parsed as Int64 straight away (no text
+        to allocate) while every value of the file has been one, else every column as text
+        (after the first block that is not, the rest of the file too: no block parsed twice)."""
+        attempts = (True, False) if self.integer_columns and self._typed else (False,)
+        for typed in attempts:
+            try:
+                frame = pl.read_csv(
+                    text,
+                    has_header=False,
+                    separator=self.separator,
+                    schema=self._schema(typed),
+                    quote_char='"',
+                    encoding="utf8-lossy",
+                    missing_columns="insert",
+                    raise_if_empty=False,
+                )
+                if typed and any(frame[c].null_count() for c in self.integer_columns):
+                    self._typed = False  # an empty id: read as text, so the reject names it
+                    continue
+                break
+            except Exception as error:  # noqa: BLE001 - polars' ComputeError etc.: one line
+                if typed:
+                    self._typed = False  # a value that is not an integer: read it as text
+                    continue
+                first = " ".join(str(error).split())[:300]
+                raise ImportInputError(
+                    f"{self.path}: lines {line_numbers[0]:,}-{line_numbers[-1]:,} do not parse "
+                    f"as {_separator_name(self.separator)}-separated text: {first}"
+                ) from None
         if frame.height != len(line_numbers):  # a quoted field spanning lines
             raise ImportInputError(
                 f"{self.path}: lines {line_numbers[0]:,}-{line_numbers[-1]:,} hold a quoted "

@@ -34,7 +34,7 @@ from recs.imports.validation import accepted_schema
 
 log = logging.getLogger("recs.imports.staging")
 
-STREAM_BATCH_ROWS = 1 << 17
+STREAM_BATCH_ROWS = 1 << 18
 """Rows per batch streamed from the staging area to the store."""
 
 _DUCK_TYPES = {pl.Int64: "BIGINT", TS: "TIMESTAMP", pl.String: "VARCHAR", pl.Boolean: "BOOLEAN"}

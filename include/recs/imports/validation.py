@@ -19,6 +19,7 @@ go through Arrow's ISO-8601 cast (16x faster than Polars' parser, ``bench/README
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,29 +138,24 @@ def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     dtype = values.dtype
     if dtype == pl.String:
         parsed = values.cast(pl.Int64, strict=False)
-        if not (parsed.is_null() | (parsed < 0)).any():  # every value a plain id: the usual case
-            return parsed, constant(None, len(values), pl.String)
-        retry = parsed.is_null() & values.is_not_null()
-        if retry.any():  # whitespace around it, or a reason to name
-            stripped = values.str.strip_chars()
-            parsed = pl.select(
-                pl.when(retry).then(stripped.cast(pl.Int64, strict=False)).otherwise(parsed)
-            ).to_series()
-            digits = stripped.str.contains(r"^[+-]?\d+$")
-            bad_text = ~digits.fill_null(False)
-        else:
-            bad_text = constant(False, len(values), pl.Boolean)
-        out_of_range = parsed.is_null() | (parsed < 0)
-        reasons = pl.select(
-            pl.when(_missing(values))
+        refused = parsed.is_null() | (parsed < 0)
+        reasons = constant(None, len(values), pl.String)
+        if not refused.any():  # every value a plain id: the usual case
+            return parsed, reasons
+        at = pl.Series(np.flatnonzero(refused.to_numpy()))  # only those are looked at again
+        text = values.gather(at)
+        stripped = text.str.strip_chars()
+        again = stripped.cast(pl.Int64, strict=False)
+        why = pl.select(
+            pl.when(stripped.is_null() | (stripped == ""))
             .then(pl.lit("missing_value"))
-            .when(bad_text)
+            .when(~stripped.str.contains(r"^[+-]?\d+$"))
             .then(pl.lit("non_integer_id"))
-            .when(out_of_range.fill_null(True))
+            .when(again.is_null() | (again < 0))
             .then(pl.lit("id_out_of_range"))
             .otherwise(pl.lit(None, dtype=pl.String))
         ).to_series()
-        return parsed, reasons
+        return parsed.scatter(at, again), reasons.scatter(at, why)
     if dtype.is_integer():
         parsed = values.cast(pl.Int64, strict=False)
         bad = (parsed.is_null() & values.is_not_null()) | (parsed < 0).fill_null(False)
@@ -210,11 +206,15 @@ def parse_times(
     elif dtype != pl.String:
         parsed = constant(None, len(values), TS)  # a number read as an ISO time
     elif fmt == "iso":
-        parsed = _iso(values.str.strip_chars())
+        parsed = _iso(values)
+        if parsed.null_count() > values.null_count():  # surrounding spaces, or bad values
+            parsed = _iso(values.str.strip_chars())
     else:
         parsed = _strptime(values.str.strip_chars(), fmt)
     low, high = EARLIEST_TIME, options.latest_time
     bad = parsed.is_null() | (parsed < low) | (parsed > high)
+    if not bad.any():  # the usual case
+        return parsed, constant(None, len(values), pl.String)
     missing = _missing(values)
     reasons = pl.select(
         pl.when(missing)
@@ -249,20 +249,26 @@ def _epoch(values: pl.Series, micros_per_unit: int) -> pl.Series:
 
 
 def _iso(values: pl.Series) -> pl.Series:
-    """ISO-8601 text to naive UTC through Arrow's cast; values it refuses become null."""
+    """ISO-8601 text to naive UTC through Arrow's cast; values it refuses become null. A
+    column of one style (all with a zone, or none) is one cast; a mix is split by zone."""
     import pyarrow as pa
 
+    naive, aware = pa.timestamp("us"), pa.timestamp("us", "UTC")
+    arrow = values.to_arrow()
+    first = values.drop_nulls().head(1).to_list()
+    guess = aware if first and re.search(_ZONED, first[0]) else naive
+    try:
+        return pl.Series(arrow.cast(guess).cast(naive)).cast(TS)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
     zoned = values.str.contains(_ZONED).fill_null(False)
     out = constant(None, len(values), TS)
-    for mask, arrow_type in ((~zoned, pa.timestamp("us")), (zoned, pa.timestamp("us", "UTC"))):
+    for mask, arrow_type in ((~zoned, naive), (zoned, aware)):
         if not mask.any():
             continue
         positions = np.flatnonzero(mask.to_numpy())
-        cast = _arrow_cast(values.gather(positions).to_arrow(), arrow_type)
-        if arrow_type.tz is not None:
-            cast = cast.cast(pa.timestamp("us"))
-        parsed = pl.Series(cast).cast(TS)
-        out = out.scatter(positions, parsed)
+        cast = _arrow_cast(values.gather(positions).to_arrow(), arrow_type).cast(naive)
+        out = out.scatter(positions, pl.Series(cast).cast(TS))
     return out
 
 

@@ -190,3 +190,21 @@ def test_a_failing_query_and_a_folder_are_input_errors(tmp_path):
         open_source(str(tmp_path), batch_rows=9)
     with pytest.raises(ImportInputError, match="--format must be"):
         open_source(str(path), file_format="xlsx", batch_rows=9)
+
+
+def test_id_columns_are_parsed_as_integers_until_a_block_holds_something_else(tmp_path):
+    """Blocks of ~12 bytes: the first ones are all integers (read as Int64); from the block
+    with 'x' on, the file is read as text (that block and the rest), values unchanged."""
+    text = "a,b\n1,2\n3,4\n5,6\nx,8\n9,10\n"
+    source = DelimitedFile(write(tmp_path / "e.csv", text), block_bytes=12)
+    source.integer_columns = {"a", "b"}
+    batches = [batch for batch in source.batches() if batch.frame.height]
+    dtypes = [batch.frame.schema["a"] for batch in batches]
+    assert dtypes[0] == pl.Int64 and dtypes[-1] == pl.String
+    assert [str(v) for batch in batches for v in batch.frame["a"].to_list()] == [
+        "1",
+        "3",
+        "5",
+        "x",
+        "9",
+    ]
