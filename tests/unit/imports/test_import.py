@@ -451,3 +451,55 @@ def test_only_sqlite_files_and_postgresql_are_bulk_targets(tmp_path):
     settings = Settings(home=tmp_path, store_url="sqlite://")
     with pytest.raises(ImportInputError, match="writes SQLite files"):
         run_import(settings, tmp_path, "edges", EDGES)
+
+
+def _layout(url: str) -> dict[str, list[tuple]]:
+    """Indexes, constraints and triggers of the store's tables (PostgreSQL catalogue)."""
+    engine = engine_for(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                "indexes": connection.exec_driver_sql(
+                    "SELECT tablename, indexname, indexdef FROM pg_indexes "
+                    "WHERE schemaname = 'public' ORDER BY 1, 2"
+                ).all(),
+                "constraints": connection.exec_driver_sql(
+                    "SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid) "
+                    "FROM pg_constraint WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2"
+                ).all(),
+                "triggers": connection.exec_driver_sql(
+                    "SELECT tgrelid::regclass::text, tgname, tgenabled FROM pg_trigger "
+                    "WHERE NOT tgisinternal ORDER BY 1, 2"
+                ).all(),
+            }
+    finally:
+        engine.dispose()
+
+
+def test_a_fresh_postgresql_load_leaves_the_schema_exactly_as_created(postgres_url, tmp_path):
+    """The fresh path drops and re-adds follow_edges' keys and toggles the reverse trigger:
+    afterwards every index, constraint and trigger is the one create_schema makes, and a
+    write through the trigger still reaches follow_edges_reverse."""
+    from recs.store import schema
+
+    engine = engine_for(postgres_url)
+    schema.create_schema(engine)
+    engine.dispose()
+    created = _layout(postgres_url)
+    settings = settings_for(postgres_url, tmp_path)
+    run_import(settings, tmp_path, "edges", EDGES)
+    assert _layout(postgres_url) == created
+    engine = engine_for(postgres_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO follow_edges (follower_id, followee_id, created_at) VALUES (4, 1, now())"
+        )
+    engine.dispose()
+    assert (
+        scalar(
+            settings,
+            "SELECT count(*) FROM follow_edges_reverse WHERE followee_id = 1 AND follower_id = 4",
+        )
+        == 1
+    )
+    assert scalar(settings, "SELECT count(*) FROM follow_edges_reverse") == 5
