@@ -86,6 +86,18 @@ def scalar(settings: Settings, sql: str):
         engine.dispose()
 
 
+def empty(settings: Settings) -> None:
+    """Delete the edges and accounts (the engine disposed of at once: the import's ADBC writer
+    must not find this process's sqlite3 holding the file, recs/store/README.md)."""
+    engine = engine_for(settings.live_store_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("DELETE FROM follow_edges")
+            connection.exec_driver_sql("DELETE FROM users")
+    finally:
+        engine.dispose()
+
+
 EDGES = """follower_id,followee_id,created_at,status
 1,2,2026-01-01T00:00:00Z,active
 2,1,2026-01-02T00:00:00Z,active
@@ -358,9 +370,7 @@ def test_csv_tsv_gzip_parquet_and_sql_give_the_same_store(store_url, tmp_path):
         (tmp_path / str(index)).mkdir()
         run_import(settings, tmp_path, "edges", text, name=f"in.{suffix}", columns=mapping)
         results.append(table(settings, "follow_edges"))
-        with engine_for(settings.live_store_url).begin() as connection:  # next: an empty store
-            connection.exec_driver_sql("DELETE FROM follow_edges")
-            connection.exec_driver_sql("DELETE FROM users")
+        empty(settings)  # the next format starts from an empty store again
     parquet = tmp_path / "in.parquet"
     frame.with_columns(pl.col("at").str.to_datetime(time_zone="UTC")).write_parquet(parquet)
     database = tmp_path / "service.db"
@@ -382,9 +392,7 @@ def test_csv_tsv_gzip_parquet_and_sql_give_the_same_store(store_url, tmp_path):
             "edges", source, mapping, settings, ImportOptions(parse=parse_options(settings))
         )
         results.append(table(settings, "follow_edges"))
-        with engine_for(settings.live_store_url).begin() as connection:
-            connection.exec_driver_sql("DELETE FROM follow_edges")
-            connection.exec_driver_sql("DELETE FROM users")
+        empty(settings)
     assert len(results) == 4 and all(result == results[0] for result in results)
     assert results[0][0] == (1, 2, T(2026, 1, 1), "active")
 
