@@ -26,7 +26,7 @@ import polars as pl
 from recs.contracts import TS
 from recs.demo.follow_graph import EDGE_CHUNK_ROWS, FollowGraph, sorted_unique
 from recs.demo.generated import DATASET_SEED, GENERATED_FIELDS, GeneratedFields
-from recs.imports.staging import Staging, follow_count_parts
+from recs.imports.staging import Staging
 from recs.imports.writers import StoreWriter
 
 _EDGE_COLUMNS = ["follower_id", "followee_id", "created_at", "status"]
@@ -138,4 +138,19 @@ def _edges_spec():
 
 
 def _counts(edges: pl.DataFrame) -> pl.DataFrame:
-    return follow_count_parts(edges).group_by("user_id").sum().sort("user_id")
+    """``user_id, follower_count, following_count`` of the active follows, by ``user_id``."""
+    active = edges.filter(pl.col("status") == "active")
+    parts = [
+        active.group_by(side).len(name).rename({side: "user_id"})
+        for side, name in (("followee_id", "follower_count"), ("follower_id", "following_count"))
+    ]
+    return (
+        parts[0]
+        .join(parts[1], on="user_id", how="full", coalesce=True)
+        .select(
+            "user_id",
+            pl.col("follower_count").fill_null(0).cast(pl.Int64),
+            pl.col("following_count").fill_null(0).cast(pl.Int64),
+        )
+        .sort("user_id")
+    )

@@ -8,7 +8,9 @@ are read; nothing touches the live store until the whole input has been read. Th
   line already had, recording it as a ``duplicate`` of that first line;
 - ``reverse_rows`` streams the same distinct rows in reverse-key order (PostgreSQL's
   ``follow_edges_reverse``);
-- ``user_summary`` / ``follow_counts`` aggregate what ``distinct_rows`` saw, per account.
+- ``user_summary`` / ``follow_counts`` aggregate the distinct rows per account, computed by a
+  helper thread as soon as ``distinct_rows`` has streamed its last row, i.e. while the store
+  rebuilds its indexes from them.
 
 DuckDB sorts and aggregates on all cores within ``memory_mb`` and spills to the folder beyond
 it, so memory stays bounded by a batch and that limit, whatever the input's size. The folder is
@@ -21,6 +23,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -90,20 +93,16 @@ class Staging:
             "(line_number BIGINT, reason VARCHAR, detail VARCHAR, line VARCHAR)"
         )
         self.db.execute("CREATE TABLE duplicates (line_number BIGINT)")
-        self.db.execute(
-            "CREATE TABLE user_parts (user_id BIGINT, first_time TIMESTAMP, last_time TIMESTAMP)"
-        )
-        self.db.execute(
-            "CREATE TABLE count_parts "
-            "(user_id BIGINT, follower_count BIGINT, following_count BIGINT)"
-        )
         self.accepted_rows = 0
         self.distinct = 0
+        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recs-staging")
+        self._summaries: Future | None = None
 
     def __enter__(self) -> Staging:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._helper.shutdown(wait=True)
         self.db.close()
 
     # --- filling ------------------------------------------------------------------------------
@@ -168,14 +167,41 @@ class Staging:
                     self._note_duplicates(frame, repeated, group_first, cursor)
                     frame = frame.filter(~repeated)
                 self.distinct += frame.height
-                if users_of:
-                    self._append(
-                        "user_parts", _user_parts(frame, self.table, users_of, times_given), cursor
-                    )
-                if counts:
-                    self._append("count_parts", follow_count_parts(frame), cursor)
                 yield frame
         cursor.close()
+        # Summarised in a helper thread while the store rebuilds its indexes from these rows.
+        self._summaries = self._helper.submit(self._summarize, users_of, counts, times_given)
+
+    def _summarize(self, users_of: tuple[str, ...], counts: bool, times_given: bool) -> None:
+        """The per-account tables ``user_summary`` and ``follow_count`` of the distinct rows
+        (``accepted`` without the ``duplicates``), on a cursor of this helper thread."""
+        cursor = self.db.cursor()
+        kept = "WITH kept AS (SELECT * FROM accepted ANTI JOIN duplicates USING (line_number)) "
+        none = "NULL::TIMESTAMP"
+        try:
+            if users_of:
+                time = self.table.time_columns[0] if self.table.time_columns else None
+                parts = " UNION ALL ".join(
+                    f"SELECT {name} AS user_id, {time or none} AS first_time, "
+                    f"{time if time and times_given and name == self.table.actor else none} "
+                    "AS last_time FROM kept"
+                    for name in users_of
+                )
+                cursor.execute(
+                    f"CREATE TABLE user_summary AS {kept}SELECT user_id, min(first_time) AS "
+                    f"created_at, max(last_time) AS last_active_at FROM ({parts}) GROUP BY user_id"
+                )
+            if counts:
+                cursor.execute(
+                    f"CREATE TABLE follow_count AS {kept}SELECT user_id, "
+                    "sum(followers)::BIGINT AS follower_count, "
+                    "sum(following)::BIGINT AS following_count FROM ("
+                    "SELECT followee_id AS user_id, 1 AS followers, 0 AS following FROM kept "
+                    "WHERE status = 'active' UNION ALL "
+                    "SELECT follower_id, 0, 1 FROM kept WHERE status = 'active') GROUP BY user_id"
+                )
+        finally:
+            cursor.close()
 
     def _note_duplicates(self, frame, repeated, group_first, cursor) -> None:
         dupes = frame.with_columns(first=group_first).filter(repeated)
@@ -217,24 +243,18 @@ class Staging:
     def user_summary(self) -> Iterator[pl.DataFrame]:
         """One row per account the distinct rows name, by ``user_id``: ``user_id`` Int64,
         ``created_at`` (the earliest time of its rows) and ``last_active_at`` (the latest time
-        of the rows it is the actor of; null if none)."""
-        query = self.db.sql(
-            "SELECT user_id, min(first_time) AS created_at, max(last_time) AS last_active_at "
-            "FROM user_parts GROUP BY user_id ORDER BY user_id"
-        )
-        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
-            for batch in reader:
-                yield _frame(batch)
+        of the rows it is the actor of; null if none). After ``distinct_rows(users_of=...)``."""
+        return self._stream("SELECT * FROM user_summary ORDER BY user_id")
 
     def follow_counts(self) -> Iterator[pl.DataFrame]:
         """``user_id, follower_count, following_count`` (Int64) of the distinct active follows,
-        one row per account with any, by ``user_id``."""
-        query = self.db.sql(
-            "SELECT user_id, sum(follower_count)::BIGINT AS follower_count, "
-            "sum(following_count)::BIGINT AS following_count "
-            "FROM count_parts GROUP BY user_id ORDER BY user_id"
-        )
-        with query.to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
+        one row per account with any, by ``user_id``. After ``distinct_rows(counts=True)``."""
+        return self._stream("SELECT * FROM follow_count ORDER BY user_id")
+
+    def _stream(self, sql: str) -> Iterator[pl.DataFrame]:
+        if self._summaries is not None:
+            self._summaries.result()  # the helper's tables are complete (or its error raised)
+        with self.db.sql(sql).to_arrow_reader(batch_size=STREAM_BATCH_ROWS) as reader:
             for batch in reader:
                 yield _frame(batch)
 
@@ -275,51 +295,3 @@ def _repeats_previous(frame: pl.DataFrame, key: tuple[str, ...], previous) -> pl
         same = equal if same is None else same & equal
     assert same is not None
     return same
-
-
-def _user_parts(
-    frame: pl.DataFrame, table: ImportTable, users_of: tuple[str, ...], times_given: bool
-) -> pl.DataFrame:
-    """Per account of this batch: its earliest time and, as the actor, its latest time."""
-    time = table.time_columns[0] if table.time_columns else None
-    parts = []
-    for name in users_of:
-        first = pl.col(time).min() if time else pl.lit(None, dtype=TS)
-        last = (
-            pl.col(time).max()
-            if time and times_given and name == table.actor
-            else pl.lit(None, dtype=TS)
-        )
-        parts.append(
-            frame.group_by(name)
-            .agg(first.alias("first_time"), last.alias("last_time"))
-            .rename({name: "user_id"})
-            .select(pl.col("user_id"), pl.col("first_time").cast(TS), pl.col("last_time").cast(TS))
-        )
-    return pl.concat(parts)
-
-
-def follow_count_parts(frame: pl.DataFrame) -> pl.DataFrame:
-    """``user_id, follower_count, following_count`` (Int64) of the active follows of
-    ``frame``: one row per account and direction (sum them by ``user_id``)."""
-    active = frame.filter(pl.col("status") == "active")
-    following = (
-        active.group_by("follower_id").len("following_count").rename({"follower_id": "user_id"})
-    )
-    followers = (
-        active.group_by("followee_id").len("follower_count").rename({"followee_id": "user_id"})
-    )
-    return pl.concat(
-        [
-            following.select(
-                "user_id",
-                pl.lit(0, pl.Int64).alias("follower_count"),
-                pl.col("following_count").cast(pl.Int64),
-            ),
-            followers.select(
-                "user_id",
-                pl.col("follower_count").cast(pl.Int64),
-                pl.lit(0, pl.Int64).alias("following_count"),
-            ),
-        ]
-    )
