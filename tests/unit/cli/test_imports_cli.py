@@ -115,3 +115,113 @@ def test_an_unreachable_postgresql_store_is_one_line(recs, tmp_path, monkeypatch
     code, _out, err = recs("import", "edges", "e.csv")
     line = one_error(err)
     assert code == 2 and "cannot open the live store" in line and "secret" not in line
+
+
+def store(tmp_path, sql: str) -> list[tuple]:
+    connection = sqlite3.connect(tmp_path / "home" / "live.db")
+    try:
+        return connection.execute(sql).fetchall()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "text", "options", "sql", "expected"),
+    [
+        (
+            "users",
+            "id;joined;seen;state;disc;priv\n7;2020-01-01;2026-10-01T00:00:00Z;suspended;n;y\n",
+            [
+                "--user-col",
+                "id",
+                "--created-at-col",
+                "joined",
+                "--last-active-at-col",
+                "seen",
+                "--status-col",
+                "state",
+                "--discoverable-col",
+                "disc",
+                "--private-col",
+                "priv",
+            ],
+            "SELECT * FROM users",
+            [(7, "2020-01-01 00:00:00.000000", "2026-10-01 00:00:00.000000", "suspended", 0, 1)],
+        ),
+        (
+            "edges",
+            "a;b;at;st\n1;2;2026-01-01;pending\n",
+            [
+                "--follower-col",
+                "a",
+                "--followee-col",
+                "b",
+                "--created-at-col",
+                "at",
+                "--status-col",
+                "st",
+            ],
+            "SELECT follower_id, followee_id, created_at, status FROM follow_edges",
+            [(1, 2, "2026-01-01 00:00:00.000000", "pending")],
+        ),
+        (
+            "blocks",
+            "x;y;t\n1;2;2026-02-01\n",
+            ["--blocker-col", "x", "--blocked-col", "y", "--created-at-col", "t"],
+            "SELECT blocker_id, blocked_id, created_at FROM blocks",
+            [(1, 2, "2026-02-01 00:00:00.000000")],
+        ),
+        (
+            "mutes",
+            "x;y\n3;4\n",
+            ["--muter-col", "x", "--muted-col", "y", "--default-time", "2024-05-06T07:08:09Z"],
+            "SELECT muter_id, muted_id, created_at FROM mutes",
+            [(3, 4, "2024-05-06 07:08:09.000000")],
+        ),
+        (
+            "dismissals",
+            "x;y;t\n5;6;06/11/2026\n",
+            [
+                "--user-col",
+                "x",
+                "--candidate-col",
+                "y",
+                "--dismissed-at-col",
+                "t",
+                "--time-format",
+                "%d/%m/%Y",
+            ],
+            "SELECT user_id, candidate_id, dismissed_at FROM dismissed_candidates",
+            [(5, 6, "2026-11-06 00:00:00.000000")],
+        ),
+        (
+            "interests",
+            "x;y\n5;jazz\n",
+            ["--user-col", "x", "--tag-col", "y"],
+            "SELECT user_id, tag FROM user_interests",
+            [(5, "jazz")],
+        ),
+    ],
+)
+def test_every_column_option_of_every_table(recs, tmp_path, command, text, options, sql, expected):
+    (tmp_path / "in.csv").write_text(text)
+    code, _out, err = recs("import", command, "in.csv", *options, "--separator", "semicolon")
+    assert code == 0, err
+    assert store(tmp_path, sql) == expected
+
+
+def test_reading_options_format_header_comment(recs, tmp_path):
+    """--format tsv on a .dat file with '%' comments; then --comment '' makes '#1,2' a data
+    line (rejected: not an id) and --replace leaves only 3 -> 4."""
+    (tmp_path / "g.dat").write_text("% exported\n10\t11\n11\t12\n")
+    code, out, err = recs("import", "edges", "g.dat", "--format", "tsv", "--comment", "%", "--json")
+    assert code == 0, err
+    assert json.loads(out)["loaded"] == 2
+    (tmp_path / "h.csv").write_text("#1,2\n3,4\n")
+    code, out, err = recs(
+        "import", "edges", "h.csv", "--comment", "", "--no-header", "--json", "--replace"
+    )
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["rejected_by_reason"] == {"non_integer_id": 1} and summary["loaded"] == 1
+    assert store(tmp_path, "SELECT follower_id, followee_id FROM follow_edges") == [(3, 4)]
