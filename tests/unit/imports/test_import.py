@@ -116,6 +116,7 @@ def test_edges_into_an_empty_store_create_the_accounts_they_name(store_url, tmp_
     assert summary["mode"] == "fresh" and summary["loaded"] == 4 and summary["rejected"] == 0
     assert summary["users_created"] == 4 and summary["balanced"]
     assert summary["rejects_file"] is None
+    assert_reverse_copy_complete(settings)
     assert table(settings, "follow_edges") == [
         (1, 2, T(2026, 1, 1), "active"),
         (1, 3, T(2026, 1, 3), "pending"),
@@ -255,6 +256,26 @@ def test_appending_merges_new_rows_and_keeps_counts_exact(store_url, tmp_path):
     assert follow_counts(settings) == [(1, 2, 2), (2, 1, 1), (3, 1, 1)]
     assert table(settings, "users")[2] == (3, T(2026, 5, 2), T(2026, 5, 2), "active", True, False)
     assert reconcile_counts(settings)["users_drifted"] == 0
+    assert_reverse_copy_complete(settings)
+
+
+def assert_reverse_copy_complete(settings: Settings) -> None:
+    """PostgreSQL: follow_edges_reverse holds exactly follow_edges' rows (SQLite: no table)."""
+    if not settings.live_store_url.startswith("postgresql"):
+        return
+    engine = engine_for(settings.live_store_url)
+    try:
+        with engine.connect() as connection:
+            forward, reverse = (
+                sorted(connection.exec_driver_sql(sql).all())
+                for sql in (
+                    "SELECT follower_id, followee_id, created_at, status FROM follow_edges",
+                    "SELECT follower_id, followee_id, created_at, status FROM follow_edges_reverse",
+                )
+            )
+    finally:
+        engine.dispose()
+    assert forward == reverse and forward
 
 
 def test_replace_empties_that_table_only(store_url, tmp_path):
