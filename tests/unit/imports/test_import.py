@@ -532,3 +532,40 @@ def test_a_fresh_postgresql_load_leaves_the_schema_exactly_as_created(postgres_u
         == 1
     )
     assert scalar(settings, "SELECT count(*) FROM follow_edges_reverse") == 5
+
+
+def test_from_sql_reads_the_follow_services_own_postgresql(store_url, postgres_url, tmp_path):
+    """A follow service's table on PostgreSQL (its own names and a timestamptz), imported with
+    --from-sql/--query into each store: typed columns come through as they are."""
+    service = engine_for(postgres_url)
+    with service.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TABLE follows (src bigint, dst bigint, at timestamptz, state text)"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO follows VALUES (1, 2, '2026-01-01 10:00+02', 'active'), "
+            "(2, 1, '2026-01-02 00:00+00', 'pending'), (3, 3, '2026-01-03 00:00+00', 'active')"
+        )
+    service.dispose()
+    settings = settings_for(store_url, tmp_path)
+    source = open_source(
+        None,
+        from_sql=postgres_url,
+        query="SELECT src, dst, at, state FROM follows ORDER BY src",
+        batch_rows=1024,
+    )
+    summary = import_table(
+        "edges",
+        source,
+        {"follower_id": "src", "followee_id": "dst", "created_at": "at", "status": "state"},
+        settings,
+        ImportOptions(parse=parse_options(settings)),
+    )
+    assert summary["loaded"] == 2 and summary["rejected_by_reason"] == {"self_loop": 1}
+    assert table(settings, "follow_edges") == [
+        (1, 2, T(2026, 1, 1, 8), "active"),
+        (2, 1, T(2026, 1, 2), "pending"),
+    ]
+    rejects = pl.read_csv(summary["rejects_file"])
+    assert rejects["line_number"].to_list() == [3]  # the result's third row
+    assert rejects["line"][0].startswith('{"src":3,"dst":3')
