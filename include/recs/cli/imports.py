@@ -18,6 +18,13 @@ import typer
 from recs.cli.app import app, current_settings, emit, err, print_mapping, progress
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
 
+
+def _wrapped(text: str, width: int = 78) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
 IMPORT_HELP = f"""Load your own graph into the live store: CSV/TSV (optionally gzipped) or
 Parquet files, or a SQL query on another database.
 
@@ -27,14 +34,15 @@ that name; in a headerless file the ids are columns 1, 2). Nothing is generated 
 (edges --generate-missing).
 
 \b
-Accounts the rows name but the store lacks are created: status active, discoverable, not
-private, created_at the earliest time of the rows naming them (else --default-time,
-{DEFAULT_TIME:%Y-%m-%dT%H:%M:%SZ}), last_active_at the latest time of the rows they made
-(follower, blocker, muter, dismissing user), NULL if none or without a time column.
+Accounts the rows name but the store lacks are created: status active,
+discoverable, not private; created_at the earliest time of the rows naming
+them (else --default-time, {DEFAULT_TIME:%Y-%m-%dT%H:%M:%SZ}); last_active_at the latest
+time of the rows they made (as follower, blocker, muter, dismissing user),
+NULL if none or without a time column.
 
 \b
-Rejected rows (written to a rejects CSV with their line numbers, counted by reason):
-{", ".join(REJECT_REASONS)}.
+Rejected rows go to a rejects CSV with their line numbers, counted by reason:
+{_wrapped(", ".join(REJECT_REASONS))}.
 
 The whole import is one store transaction: a failed or killed import leaves the store as it
 was (run it again). Into an empty table (or with --replace, which empties that table first)
@@ -218,14 +226,17 @@ _EXTRA: dict[str, list[tuple[str, Any, Any]]] = {
 }
 
 
-def _column_parameter(column) -> tuple[str, Any, Any]:
+def _column_parameter(spec: ImportTable, column) -> tuple[str, Any, Any]:
     name = column.option.removeprefix("--").replace("-", "_")
-    required = " Required." if column.required else ""
+    where = f"default: the column named {column.name}"
+    if column.required:
+        position = [c.name for c in spec.columns].index(column.name) + 1
+        where += f", headerless: column {position}"
     return (
         name,
         Annotated[
             str | None,
-            _option(column.option, help=f"Source column of {column.name}: {column.help}{required}"),
+            _option(column.option, help=f"Source column of {column.name} ({where}). {column.help}"),
         ],
         None,
     )
@@ -234,7 +245,7 @@ def _column_parameter(column) -> tuple[str, Any, Any]:
 def _register(spec: ImportTable) -> None:
     parameters = [
         *_COMMON,
-        *(_column_parameter(column) for column in spec.columns),
+        *(_column_parameter(spec, column) for column in spec.columns),
         *_EXTRA.get(spec.command, []),
     ]
     option_of = {

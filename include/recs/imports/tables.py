@@ -119,7 +119,7 @@ def _pair(command: str, table: str, grain: str, left, right, at) -> ImportTable:
     )
 
 
-_WHEN = "default: DEFAULT_TIME, 2000-01-01T00:00:00Z"
+_WHEN = "without one: --default-time, 2000-01-01T00:00:00Z"
 
 IMPORT_TABLES: dict[str, ImportTable] = {
     spec.command: spec

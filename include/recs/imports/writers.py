@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,6 @@ class Loaded:
     inserted: int = 0
     updated: int = 0
     existing: pl.DataFrame | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class StoreWriter:
@@ -205,9 +204,7 @@ class StoreWriter:
         merged. ``reverse``: the same rows by reverse key (PostgreSQL ``follow_edges``)."""
         columns = [column.name for column in spec.columns]
         if fresh:
-            started = time.perf_counter()
-            inserted = self._load_fresh(spec, columns, frames, reverse, progress)
-            return Loaded(inserted=inserted, seconds={"rows": time.perf_counter() - started})
+            return Loaded(inserted=self._load_fresh(spec, columns, frames, reverse, progress))
         return self._merge(spec, columns, frames, update_existing, progress)
 
     def _load_fresh(self, spec, columns, frames, reverse, progress) -> int:
