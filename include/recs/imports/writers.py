@@ -452,7 +452,8 @@ def open_writer(url: str) -> Iterator[StoreWriter]:
     # opens (two SQLite libraries must not hold one file open at once: recs/store/README.md).
     engine = engine_for(url)
     try:
-        schema.create_schema(engine)
+        if not schema.schema_is_current(engine):  # else no DDL (and no lock) to take
+            schema.create_schema(engine)
     except Exception as error:  # noqa: BLE001 - unreachable store: one line, not a traceback
         raise LiveStoreError(
             f"cannot open the live store {writer.where}: {one_line(error, url, limit=300)}"
