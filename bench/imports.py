@@ -102,6 +102,36 @@ def server_cpu_seconds(server) -> float:
     return total / tick
 
 
+class PeakRss:
+    """The peak resident set of a running process (``VmHWM``, polled until it exits).
+
+    Not ``ru_maxrss`` from ``wait4``: Linux carries the parent's resident set at ``fork`` into
+    the child's high-water mark across ``exec``, and this process holds the generated graph."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.kib = 0
+        self._done = threading.Event()
+        self._status = Path(f"/proc/{pid}/status")
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            try:
+                for line in self._status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.kib = max(self.kib, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+            self._done.wait(0.1)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def run_import(path: Path, home: Path, store_url: str | None, server) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECS_")}
     env["RECS_HOME"] = str(home)
@@ -116,8 +146,10 @@ def run_import(path: Path, home: Path, store_url: str | None, server) -> dict:
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    peak = PeakRss(process.pid)
     out = process.stdout.read()
     _pid, status, usage = os.wait4(process.pid, 0)
+    peak.stop()
     wall = time.perf_counter() - started
     if status != 0:
         raise SystemExit(f"recs import failed ({status}); rerun by hand: RECS_HOME={home}")
@@ -130,7 +162,7 @@ def run_import(path: Path, home: Path, store_url: str | None, server) -> dict:
         "edges_per_second": round(summary["rows_read"] / wall),
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
         "server_cpu_seconds": round(server_cpu_seconds(server) - server_before, 1),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "peak_rss_mb": round(peak.kib / 1024),
         "phases": summary["timings"],
     }
 
