@@ -190,3 +190,12 @@ compose-env: ## Write .env with fresh random secrets for docker-compose.yml (nev
 
 compose-config: compose-env ## Validate docker-compose.yml (docker-compose config; needs no engine)
 	docker-compose config -q && echo "docker-compose.yml: valid"
+
+# --- bring your own graph (issue 14) -------------------------------------------------------------
+# `recs import` into SQLite and a throwaway durable PostgreSQL, from a synthetic export written
+# once under /tmp/recs-bench-import; e.g. make bench-import BENCH_IMPORT_ARGS="--users 40000".
+.PHONY: bench-import
+
+BENCH_IMPORT_ARGS ?=
+bench-import: $(STAMP) postgres-server ## recs import edges rate into SQLite and PostgreSQL (edges/s, CPU, peak RSS) beside each store's floor
+	$(BIN)/python bench/imports.py $(BENCH_IMPORT_ARGS)

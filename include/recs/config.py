@@ -69,8 +69,10 @@ class Settings(BaseSettings):
         description="How long freeze_snapshot waits for the standby to replay up to the primary.",
     )
     datasets_dir: Path = Field(
-        Path(__file__).resolve().parents[3] / "shared" / "datasets",
-        description="Folder holding the real graph datasets (../shared/datasets).",
+        Path(__file__).resolve().parents[2] / "datasets",
+        description="Folder searched first for the real graph datasets (RECS_DATASETS_DIR; "
+        "default the repository's datasets/); then datasets/, then ../shared/datasets "
+        "(recs.demo.datasets.dataset_folders).",
     )
 
     shard_count: int | None = Field(
@@ -305,6 +307,25 @@ class Settings(BaseSettings):
         description="Events dated before this (naive UTC; RECS_INGEST_MIN_EVENT_TIME) are "
         "quarantined: the follow service produced none that old, so such a time is an unset "
         "or zeroed clock (1970-01-01, 0001-01-01), not an event to order others by.",
+    )
+
+    # --- bulk import (recs.imports) ----------------------------------------------------------
+    # Excluded from model_dump() like the ingest_* fields: they configure `recs import`.
+    import_batch_rows: int = Field(
+        1 << 20,
+        exclude=True,
+        ge=1024,
+        le=1 << 24,
+        description="Rows read at a time from a Parquet file or a --from-sql query "
+        "(RECS_IMPORT_BATCH_ROWS); CSV/TSV is read 16 MiB of text at a time.",
+    )
+    import_memory_mb: int = Field(
+        1024,
+        exclude=True,
+        ge=64,
+        description="Memory of an import's staging area (DuckDB, RECS_IMPORT_MEMORY_MB), MiB: it "
+        "sorts and de-duplicates the rows within this and spills to RECS_HOME/tmp beyond it, "
+        "so an import's memory does not grow with its input.",
     )
 
     @field_validator("ingest_min_event_time")

@@ -76,6 +76,14 @@ class CountsDriftError(RecsError):
     exit_code = 1
 
 
+# --- bulk import (recs.imports) --------------------------------------------------------------
+
+
+class ImportInputError(RecsError):
+    """An input ``recs import`` cannot read as asked: a missing file or column, a bad option, a
+    failing ``--query``, or a column none of whose values parse (a wrong ``--time-format``)."""
+
+
 # --- the nightly run (recs.nightly) ----------------------------------------------------------
 
 
