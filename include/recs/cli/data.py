@@ -22,6 +22,14 @@ def _settings_for_load(replace: bool):
     return settings
 
 
+def _discard_snapshots(settings) -> list[str]:
+    """After a load into an empty or replaced store: drop the retained snapshots of the store it
+    replaced (``recs.nightly.retained.discard_all``), so no run reuses them."""
+    from recs.nightly.retained import discard_all
+
+    return discard_all(settings.home)
+
+
 @app.command("load-dataset")
 def load_dataset(
     name: Annotated[str, typer.Argument(help="slashdot, twitter-bofa or twitter-hershey.")],
@@ -34,6 +42,7 @@ def load_dataset(
 
     settings = _settings_for_load(replace)
     summary = _load(name, settings, replace=replace, progress=progress)
+    summary["discarded_snapshots"] = _discard_snapshots(settings)
 
     def render(doc):
         err.print(
@@ -65,4 +74,5 @@ def generate_graph(
         replace=replace,
         progress=progress,
     )
+    summary["discarded_snapshots"] = _discard_snapshots(settings)
     emit(summary, as_json, lambda doc: print_mapping("generated graph", doc))

@@ -268,6 +268,23 @@ def _register(spec: ImportTable) -> None:
     import_app.command(spec.command)(command)
 
 
+def _snapshots_after(
+    settings, summary: dict[str, Any], *, replace: bool
+) -> tuple[list[str], list[str]]:
+    """(discarded, kept) retained snapshot dates after an import. ``--replace`` removed rows a
+    retained snapshot still holds, so every snapshot is discarded
+    (``recs.nightly.retained.discard_all``); an import that added rows keeps them (a retained
+    snapshot is the store as it was at its cut-off) and names their dates, so a rerun can
+    rebuild them with ``--rebuild-snapshot``."""
+    from recs.nightly.retained import discard_all, retained_dates
+
+    if replace:
+        return discard_all(settings.home), []
+    if not summary["loaded"] and not summary.get("updated"):
+        return [], []
+    return [], retained_dates(settings.home)
+
+
 def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str, Any]) -> None:
     from recs.imports.run import ImportOptions, import_table, parse_options
     from recs.imports.sources import open_source, parse_separator
@@ -296,6 +313,9 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
         ),
     )
     summary = import_table(spec.command, source, columns, settings, options, progress=progress)
+    summary["discarded_snapshots"], summary["snapshots_without_this_import"] = _snapshots_after(
+        settings, summary, replace=options.replace
+    )
 
     def render(doc: dict[str, Any]) -> None:
         if doc["generated"]:
@@ -315,6 +335,13 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
             and value is not None
         }
         shown["store"] = f"{doc['store']['backend']} {doc['store']['url']}"
+        if doc["snapshots_without_this_import"]:
+            err.print(
+                "retained snapshots do not hold this import: "
+                f"{', '.join(doc['snapshots_without_this_import'])} (rerun those dates with "
+                "--rebuild-snapshot to include it)",
+                highlight=False,
+            )
         print_mapping(f"imported {spec.command} into {spec.table}", shown)
         err.print(f"written in {doc['atomicity']}", highlight=False)
 

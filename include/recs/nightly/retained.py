@@ -97,6 +97,35 @@ def manifest(path: Path) -> dict[str, Any]:
     return read_json(path / MANIFEST)
 
 
+def retained_dates(home: Path) -> list[str]:
+    """The dates (``YYYY-MM-DD``, sorted) with a complete retained snapshot under ``home``."""
+    root = Path(home) / "snapshots"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and is_complete(p))
+
+
+def discard_all(home: Path) -> list[str]:
+    """Remove every retained snapshot under ``<home>/snapshots/``, each under its date's lock
+    (waits for a freeze of that date); returns the dates removed, sorted.
+
+    For the commands that replace the live store (``load-dataset``, ``generate-graph``, ``import
+    --replace``): a snapshot of the store they replaced would otherwise be reused for its date,
+    and a run would publish the old graph."""
+    removed = []
+    root = Path(home) / "snapshots"
+    for name in retained_dates(home) if root.is_dir() else []:
+        target = root / name
+        with _date_lock(target):
+            aside = target.with_name(staging_name(target.name, ".discarded"))
+            os.rename(target, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        removed.append(name)
+    if removed:
+        log.info("discarded the retained snapshots of a replaced live store: %s", removed)
+    return removed
+
+
 def eligible_users(path: Path, as_of: dt.datetime, window_days: int) -> int:
     """Users of a retained snapshot that ``eligible_users`` (dbt) selects: active, and active
     since ``as_of - window_days`` (the shard plan is sized by it; the gate compares)."""
