@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.needs import need
+
 BACKENDS = ("sqlite", "postgresql")
 _databases = itertools.count()
 
@@ -49,14 +51,12 @@ def postgres_server() -> Iterator[object]:
         return
     from recs.testing import pgserver
 
-    if pgserver.find_bindir() is None:
-        message = (
-            "no PostgreSQL server binaries (make test installs Debian's postgresql package; "
-            "or set RECS_PG_BINDIR / RECS_TEST_POSTGRES_URL)"
-        )
-        if os.environ.get("RECS_REQUIRE_POSTGRES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    need(
+        pgserver.find_bindir(),
+        "no PostgreSQL server binaries (make test installs Debian's postgresql package; "
+        "or set RECS_PG_BINDIR / RECS_TEST_POSTGRES_URL)",
+        "RECS_REQUIRE_POSTGRES",
+    )
     server = pgserver.start(durable=False)
     try:
         yield server

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import uuid
 
@@ -33,6 +32,7 @@ from airflow_env import BIN, airflow_env
 from celery_stack import DAG_ID, DUCKDB_POOL, CeleryStack, redis_server_binary, run
 
 from recs.nightly.runs import run_id_from_airflow
+from tests.needs import need
 
 DATE = "2026-11-01"
 SHARDS = 4
@@ -46,13 +46,11 @@ pytestmark = pytest.mark.slow
 def redis_server() -> str:
     """Debian's redis-server (``make redis-server``); missing: skip, or fail under ``make test``
     (``RECS_REQUIRE_REDIS=1``). Asked first, before the reference run spends minutes."""
-    binary = redis_server_binary()
-    if binary is None:
-        message = "no redis-server: `make test` installs Debian's; or set RECS_REDIS_SERVER"
-        if os.environ.get("RECS_REQUIRE_REDIS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
+    return need(
+        redis_server_binary(),
+        "no redis-server: `make test` installs Debian's; or set RECS_REDIS_SERVER",
+        "RECS_REQUIRE_REDIS",
+    )
 
 
 @pytest.fixture(scope="module")

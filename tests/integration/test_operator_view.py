@@ -35,6 +35,8 @@ import pytest
 from airflow_env import airflow_env
 from browser import Browser, find_chromium
 
+from tests.needs import need
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DATE = "2026-11-01"
@@ -79,13 +81,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    binary = find_chromium()
-    if binary is None:
-        message = "no chromium (make test installs Debian's chromium package; or set RECS_CHROMIUM)"
-        if os.environ.get("RECS_REQUIRE_BROWSER") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
+    return need(
+        find_chromium(),
+        "no chromium (make test installs Debian's chromium package; or set RECS_CHROMIUM)",
+        "RECS_REQUIRE_BROWSER",
+    )
 
 
 @pytest.fixture(scope="module")

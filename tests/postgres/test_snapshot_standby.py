@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import filecmp
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,16 +24,17 @@ from recs.nightly.snapshot import freeze_snapshot
 from recs.store.connections import libpq_url
 from recs.store.standby import wait_for_standby
 from recs.testing import pgserver
+from tests.needs import need
 from tests.unit.nightly.test_snapshot import FOLLOWS, PENDING, SNAPSHOT_DATE, build_store
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[pgserver.LocalPostgres, pgserver.LocalPostgres]]:
-    if pgserver.find_bindir() is None:
-        message = "no PostgreSQL server binaries (make test installs Debian's postgresql)"
-        if os.environ.get("RECS_REQUIRE_POSTGRES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    need(
+        pgserver.find_bindir(),
+        "no PostgreSQL server binaries (make test installs Debian's postgresql)",
+        "RECS_REQUIRE_POSTGRES",
+    )
     primary = pgserver.start(durable=False)
     try:
         standby = pgserver.start_standby(primary)
