@@ -134,7 +134,7 @@ def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
         "show_how_to_buttons": False,
         "store_backend": {
             "class_name": "TupleFilesystemStoreBackend",
-            "base_directory": str(staging),
+            "base_directory": os.path.abspath(staging),  # GX refuses a relative one
         },
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
     }
@@ -147,8 +147,10 @@ def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
             os.rename(target, aside)
         os.rename(staging, target)
         shutil.rmtree(aside, ignore_errors=True)
-    except Exception:  # noqa: BLE001 - docs are a view of the results, never the verdict
-        log.warning("validate %s: GX Data Docs could not be built", paths.run_id, exc_info=True)
+    except Exception as error:  # noqa: BLE001 - docs are a view of the results, not the verdict
+        log.warning("validate %s: GX Data Docs could not be built: %s: %s", paths.run_id,
+                    type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+        log.debug("GX Data Docs build failure", exc_info=True)
         shutil.rmtree(staging, ignore_errors=True)
         return None
     return target / "index.html"

@@ -275,6 +275,19 @@ def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, cap
     assert not [p for p in paths.validation_dir.iterdir() if p.name.startswith(".")]
 
 
+def test_data_docs_are_built_under_a_relative_home(tmp_path, monkeypatch, caplog):
+    """RECS_HOME defaults to the relative ./data: GX's site builder wants an absolute base
+    directory, so the gate must hand it one (the site is built, nothing is logged as failed)."""
+    monkeypatch.chdir(tmp_path)
+    paths, settings = write_good_run(Path("data"))
+    with caplog.at_level("WARNING", logger="recs.nightly.checkpoints"):
+        result = validate_run(paths, settings)
+    assert result["data_docs"] is not None
+    assert (tmp_path / "data" / paths.validation_dir.relative_to("data") / "data_docs"
+            / "index.html").is_file()  # fmt: skip
+    assert not [r for r in caplog.records if "could not be built" in r.getMessage()]
+
+
 def test_run_with_no_recommendations_fails(tmp_path):
     """Every planned shard computed but empty (typed, 0 rows) while 8 users are eligible: the
     gate cannot pass on nothing (0 rows < 1; 0 of 8 users with a list < 0.05)."""
