@@ -188,17 +188,21 @@ def _read(
 
 
 def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.DataFrame) -> None:
-    """``ImportInputError`` if every row of the first batch was refused for the same reason
-    (the column options, ``--time-format`` or ``--header`` do not fit the input)."""
+    """``ImportInputError`` if no row of the first batch was accepted and most of them were
+    refused for one reason that a wrong option explains (the column options, ``--time-format``
+    or ``--header`` do not fit the input); a few other bad lines do not hide it."""
     if accepted.height or rejects.height < 1:
         return
-    reasons = set(rejects["reason"].to_list())
-    if len(reasons) != 1 or (reason := reasons.pop()) not in _REFUSED_COLUMN_REASONS:
+    counts = rejects["reason"].value_counts(sort=True)
+    reason, count = counts.row(0)
+    if reason not in _REFUSED_COLUMN_REASONS or 2 * count <= rejects.height:
         return
-    example = rejects.row(0, named=True)
+    others = ", ".join(f"{r} {n:,}" for r, n in counts.rows()[1:])
+    example = rejects.filter(pl.col("reason") == reason).row(0, named=True)
     raise ImportInputError(
         f"nothing imported: all {rejects.height:,} rows of the first batch of {source.name} "
-        f"were rejected as {reason}, e.g. line {example['line_number']:,}: {example['detail']} "
+        f"were rejected, {count:,} as {reason}{f' (also {others})' if others else ''}, e.g. "
+        f"line {example['line_number']:,}: {example['detail']} "
         "(check the --<column>-col options, --time-format and --header/--no-header)"
     )
 

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from recs.config import Settings
-from recs.errors import ImportInputError
+from recs.errors import ImportInputError, LiveStoreError
 from recs.imports import staging as staging_module
 from recs.imports import writers
 from recs.imports.run import ImportOptions, import_table, parse_options
@@ -423,13 +423,28 @@ def test_a_column_that_does_not_parse_at_all_stops_the_import(store_url, tmp_pat
     nothing is written and the message says what to check."""
     settings = settings_for(store_url, tmp_path)
     text = "1,2,5,1289241911.72836\n2,3,5,1289241941.53378\n"
-    with pytest.raises(ImportInputError, match=r"rejected as bad_timestamp.*--time-format"):
+    with pytest.raises(ImportInputError, match=r"rejected, 2 as bad_timestamp.*--time-format"):
         run_import(settings, tmp_path, "edges", text, columns={"created_at": "4"})
     summary = run_import(
         settings, tmp_path, "edges", text, columns={"created_at": "4"}, time_format="epoch-s"
     )
     assert summary["loaded"] == 2
     assert table(settings, "follow_edges")[0][2] == T(2010, 11, 8, 18, 45, 11, 728360)
+
+
+def test_a_wrong_time_format_is_not_hidden_by_a_few_other_bad_lines(store_url, tmp_path):
+    """Most rows refused as bad_timestamp, one self-loop and one non-integer id beside them:
+    still no row accepted, so the import stops (exit 2 in the CLI) and names each count; the
+    store stays empty."""
+    settings = settings_for(store_url, tmp_path)
+    text = "".join(f"{i},{i + 1},5,12892419{i}.5\n" for i in range(1, 5)) + "7,7,5,1\nx,2,5,1\n"
+    with pytest.raises(ImportInputError, match=r"all 6 rows .* rejected, 4 as bad_timestamp "
+                       r"\(also (self_loop 1, non_integer_id 1|non_integer_id 1, self_loop 1)\)"):
+        run_import(settings, tmp_path, "edges", text, columns={"created_at": "4"})
+    try:  # refused before the store is opened: a new SQLite store is not even created
+        assert table(settings, "follow_edges") == []
+    except LiveStoreError as missing:
+        assert "load data first" in str(missing)
 
 
 def test_generate_missing_fills_what_the_input_and_store_lack(store_url, tmp_path):
