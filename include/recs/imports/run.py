@@ -35,7 +35,7 @@ from recs.errors import ImportInputError
 from recs.imports.sources import DelimitedFile, ParquetSource, Source
 from recs.imports.staging import Staging, staging_folder
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
-from recs.imports.validation import ParseOptions, column_mapping, validate
+from recs.imports.validation import ParseOptions, column_mapping, row_text, validate
 from recs.imports.writers import StoreWriter, created_users_frame, open_writer
 from recs.store.bulk import prefetched
 from recs.times import wall_clock
@@ -294,7 +294,7 @@ def _already_in_store(spec: ImportTable, existing: pl.DataFrame) -> pl.DataFrame
             "line_number": existing["line_number"],
             "reason": ["already_in_store"] * existing.height,
             "detail": details,
-            "line": [None] * existing.height,
+            "line": row_text(existing, spec),
         },
         schema={
             "line_number": pl.Int64,

@@ -33,7 +33,7 @@ from recs.contracts import TS
 from recs.files import atomic_path
 from recs.imports.sources import REJECT_SCHEMA
 from recs.imports.tables import ImportTable
-from recs.imports.validation import accepted_schema
+from recs.imports.validation import accepted_schema, row_text
 
 log = logging.getLogger("recs.imports.staging")
 
@@ -217,7 +217,7 @@ class Staging:
                     "line_number": dupes["line_number"],
                     "reason": ["duplicate"] * dupes.height,
                     "detail": details,
-                    "line": [None] * dupes.height,
+                    "line": row_text(dupes, self.table),
                 },
                 schema=REJECT_SCHEMA,
             ),

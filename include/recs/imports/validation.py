@@ -427,6 +427,18 @@ def accepted_schema(table: ImportTable) -> dict[str, pl.DataType]:
     }
 
 
+def row_text(frame: pl.DataFrame, table: ImportTable) -> pl.Series:
+    """Each row as read, the table's columns comma-separated in its order (a null is empty, a
+    time ``YYYY-MM-DD HH:MM:SS.ffffff`` UTC): the ``line`` of a reject found after the input
+    was parsed (``duplicate``, ``already_in_store``), whose raw text is not kept."""
+    columns = [column.name for column in table.columns if column.name in frame.columns]
+    return frame.select(
+        pl.concat_str(
+            [pl.col(name).cast(pl.String).fill_null("") for name in columns], separator=","
+        ).alias("line")
+    ).to_series()
+
+
 def _empty_accepted(table: ImportTable) -> pl.DataFrame:
     return pl.DataFrame(schema=accepted_schema(table))
 

@@ -251,8 +251,8 @@ class StoreWriter:
             )
             self.execute(f"DROP TABLE {temp}")
             return Loaded(inserted=staged - updated, updated=updated)
-        existing = self.frame(
-            f"SELECT r.line_number, {', '.join('r.' + k for k in spec.key)} "
+        existing = self.frame(  # whole rows: the rejects file keeps what they held
+            f"SELECT r.line_number, {', '.join('r.' + c for c in columns)} "
             f"FROM {temp} AS r WHERE {exists} ORDER BY r.line_number"
         )
         if existing.height:

@@ -214,11 +214,18 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
         (11, "malformed_line"),
     ]
     assert summary["rejects_file"] == str(tmp_path / "edges.rej.csv")
+    lines = dict(pl.read_csv(summary["rejects_file"]).select("line_number", "line").rows())
+    assert lines[4] == "3,3,2026-01-01,active"  # refused while reading: the raw text
+    assert lines[3] == "1,2,2026-01-05 00:00:00.000000,active"  # the duplicate's own values
     again = run_import(
-        settings, tmp_path, "edges", "follower_id,followee_id\n2,1\n9,1\n", name="more.csv"
+        settings, tmp_path, "edges", "follower_id,followee_id,status\n2,1,pending\n9,1,active\n",
+        name="more.csv", rejects=tmp_path / "more.rej.csv",
     )
     assert again["mode"] == "merge" and again["loaded"] == 1
     assert again["rejected_by_reason"] == {"already_in_store": 1}
+    assert pl.read_csv(again["rejects_file"]).select("line_number", "reason", "line").rows() == [
+        (2, "already_in_store", "2,1,2000-01-01 00:00:00.000000,pending")  # as read
+    ]
     users = run_import(
         settings,
         tmp_path,
