@@ -48,7 +48,7 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Load soc-Slashdot0902, run the nigh
 	$(BIN)/recs load-dataset slashdot --replace
 	@$(BIN)/airflow pools set $(DUCKDB_POOL) 1 "one DuckDB writer at a time" > /dev/null
 	@echo "[2/4] running the DAG recs_who_to_follow_nightly for $(DEMO_DATE) with airflow dags test" \
-		"(a few minutes; full log: $(RECS_HOME)/demo-dag.log); each task as it ends:"
+		"(a few minutes; full log: $(RECS_HOME)/demo-dag.log); each task as it starts and ends:"
 	@$(BIN)/python scripts/dag_progress.py $(RECS_HOME)/demo-dag.log -- \
 		$(BIN)/airflow dags test recs_who_to_follow_nightly $(DEMO_DATE)
 	@echo "[3/4] stage times from Airflow's task records:"
@@ -103,7 +103,8 @@ airflow-ui: $(STAMP) $(AIRFLOW_HOME)/airflow.db ## Airflow's UI on :8080 (DAGs s
 		"password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated once started"
 	@AIRFLOW__API__PORT=$(AIRFLOW_UI_PORT) setsid $(BIN)/airflow standalone > $(AIRFLOW_HOME)/standalone.log 2>&1 & \
 		echo $$! > $(UI_PID); trap '$(MAKE) --no-print-directory airflow-ui-stop; exit 0' INT TERM; \
-		wait $$(cat $(UI_PID))
+		wait $$(cat $(UI_PID)); rc=$$?; \
+		if [ $$rc -eq 143 ] || [ $$rc -eq 137 ]; then echo "Airflow UI stopped"; exit 0; fi; exit $$rc
 
 airflow-ui-stop: ## Stop the UI `make airflow-ui` started: its whole process group
 	@if [ -f $(UI_PID) ]; then pid=$$(cat $(UI_PID)); kill -TERM -- -$$pid 2>/dev/null; \
