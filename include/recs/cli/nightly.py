@@ -138,8 +138,19 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
 
     paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
     result = pipeline.publish_run(paths)
-    shown = {**result, "carried_over": _carried_text(result["carried_over"])}
+    shown = {key: value for key, value in result.items() if key not in ("previous", "replaced")}
+    shown["carried_over"] = _carried_text(result["carried_over"])
+    shown["CURRENT before"] = result["previous"] or "none"
+    shown["this version"] = _PUBLISHED_AS[result["replaced"]]
     emit(result, as_json, lambda doc: print_mapping(f"published {paths.run_id}", shown))
+
+
+_PUBLISHED_AS = {
+    "new": "new",
+    "unchanged": "published again, the same files",
+    "replaced": "published again, its files replaced (e.g. after a shard rerun)",
+}
+"""The human words of ``publish_run``'s ``replaced`` (``--json`` keeps the key's value)."""
 
 
 @app.command("rollback")

@@ -96,7 +96,10 @@ def test_publish_carry_over_and_runs_show(recs, tmp_path):
     assert "shard(s) 001 failed and nothing is published" in one_error(err)
 
     assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
-    assert recs("publish", "--snapshot-date", "2026-11-01")[0] == 0
+    code, out, _ = recs("publish", "--snapshot-date", "2026-11-01")
+    assert code == 0 and "CURRENT before" in out and "none" in out and "new" in out
+    code, out, _ = recs("publish", "--snapshot-date", "2026-11-01")
+    assert code == 0 and "published again, the same files" in out and "night_1" in out
     assert recs("validate", "--snapshot-date", "2026-11-02")[0] == 0
     code, out, _ = recs("publish", "--snapshot-date", "2026-11-02", "--json")
     assert code == 0
