@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from night_model import night_model, render  # noqa: E402 - a module beside this script
+
 SNAPSHOT_DATE = "2026-11-01"  # the reference date of generated fields (recs.demo.generated)
 RUN_ID = "scale"
 RSS_LIMIT_MB = 2048
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default=RUN_ID)
     parser.add_argument("--reuse-store", action="store_true",
                         help="skip generate-graph if this home's live store exists")
+    parser.add_argument("--night-cores", type=int, default=1024,
+                        help="cores the night model spreads the shard stage over (default "
+                             "1024: Airflow's max_map_length of mapped shard tasks)")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -299,10 +305,25 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name, passed, value in checks:
         print(f"  {'PASS' if passed else 'FAIL'}  {name}: {value}")
+    print()
+    built = next(s["result"] for s in stages if s["stage"] == "build_models")
+    costs = night_model(
+        stages,
+        edges=generated["follow_edges"],
+        eligible_users=built["rows"]["eligible_users"],
+        traversals=traversals,
+        rows=validated.get("rows", 0),
+        shard_peak_mb=shard_row["peak_rss_mb"],
+        cores=args.night_cores,
+    )
+    machine_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    for line in render(costs, args.night_cores, machine_gb):
+        print(line)
     (home / "scale-run.json").write_text(json.dumps({
         "stages": stages, "shards": shards, "generated": generated,
         "load_average": [load_before, load_after],
         "checks": {name: passed for name, passed, _ in checks},
+        "night_model": [vars(c) for c in costs],
     }, indent=2, default=str))
     print(f"\nresults: {home / 'scale-run.json'}; log: {log}")
     return 0 if all(passed for _, passed, _ in checks) else 1
