@@ -20,8 +20,7 @@ figure that says whether it can run on any machine at all.
 
 Fixed costs (interpreter start-up, imports, dbt's parse, the runtime's resident memory) are
 scaled as if they grew too, so a small run overstates the night: read the model from
-``make bench-scale``'s default of 1 M users (or larger). On 30 k users it overstates the
-one-process stages about 3 to 10x; the verdict they decide is the same.
+``make bench-scale``'s default of 1 M users (or larger), not from a small trial.
 
 ``night_model(stages, ...)`` returns the rows; ``render`` the lines ``make bench-scale`` prints.
 """
