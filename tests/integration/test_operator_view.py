@@ -332,15 +332,17 @@ def test_the_views_open_inside_airflows_ui(site, chromium):
 
 
 def test_data_docs_open_from_the_run_report(site, chromium):
-    """GX's Data Docs of the Airflow run: the index lists the five suites' validation results;
-    a validation page shows the gate's expectations with their results."""
+    """GX's Data Docs of the Airflow run, offline: the index's table (drawn by bootstrap-table,
+    which the site serves itself) lists the five suites' validation results; a validation page
+    shows the gate's expectations with their results."""
     base, token = site["base"], site["token"]
     docs = f"{base}/recs/runs/{DAG_ID}/{_quoted(site['airflow_run_id'])}/data-docs/index.html"
     with Browser(chromium) as browser:
         browser.set_cookie("_token", token, base)
         browser.goto(docs)
-        links = browser.wait_for(
-            "[...document.querySelectorAll('a[href*=\"validations/\"]')].map(a => a.href)"
+        links = browser.wait_for(  # rows bootstrap-table draws, from the site's own copy
+            "[...document.querySelectorAll('tr[data-href*=\"validations/\"]')]"
+            ".map(row => new URL(row.dataset.href, document.baseURI).href)"
         )
         suites = {link.split("validations/")[1].split("/")[0] for link in links}
         assert suites == {"recs_run", "recs_recommendations", "recs_recommendation_rules",

@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from recs.files import staging_name
+from recs.nightly.data_docs import use_local_assets
 from recs.nightly.runs import RunPaths
 
 DATA_DOCS_DIR = "data_docs"
@@ -142,6 +143,7 @@ def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
         paths.validation_dir.mkdir(parents=True, exist_ok=True)
         context.add_data_docs_site(DATA_DOCS_SITE, site)
         context.build_data_docs(site_names=[DATA_DOCS_SITE])
+        use_local_assets(staging)  # GX's pages load their scripts from CDNs
         aside = paths.validation_dir / staging_name(DATA_DOCS_DIR, ".old")
         if target.exists():
             os.rename(target, aside)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ import pytest
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
 from recs.errors import ValidationFailedError
+from recs.nightly.data_docs import remote_assets
 from recs.nightly.runs import RunPaths
 from recs.nightly.validation import (
     read_shard_outputs,
@@ -259,6 +261,12 @@ def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, cap
     batches = ("run", "recommendations", "recommendation_rules", "users", "shards")
     assert suites == sorted(f"recs_{batch}" for batch in batches)
     assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
+    site = paths.validation_dir / "data_docs"
+    assert remote_assets(site) == []  # no page loads a script or stylesheet from a CDN
+    for page in [index, *pages]:  # each page's local copies are where it looks for them
+        for src in re.findall(r'<script src="([^"]+)"', page.read_text()):
+            assert (page.parent / src).resolve().is_file(), (page, src)
+    assert 'src="static/vendor/jquery.min.js"' in index.read_text()
     line = next(r.getMessage() for r in caplog.records if "expectations passed" in r.getMessage())
     assert f"{CHECK_COUNT} of {CHECK_COUNT} expectations passed" in line
     assert str(paths.validation_dir / "results.json") in line and str(index) in line
