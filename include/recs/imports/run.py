@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from recs.config import Settings
@@ -38,6 +39,7 @@ from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, Imp
 from recs.imports.validation import ParseOptions, column_mapping, row_text, validate
 from recs.imports.writers import StoreWriter, created_users_frame, open_writer
 from recs.store.bulk import prefetched
+from recs.store.connections import one_line
 from recs.times import wall_clock
 
 log = logging.getLogger("recs.imports.run")
@@ -105,6 +107,7 @@ def import_table(
     """
     options = options or ImportOptions()
     spec = IMPORT_TABLES[command]
+    check_rejects_path(options.rejects)
     if options.update_existing and spec.table != "users":
         raise ImportInputError("--update-existing applies to recs import users only")
     if options.generate_missing and spec.table != "follow_edges":
@@ -124,16 +127,16 @@ def import_table(
         timings["read"] = time.perf_counter() - started
         with open_writer(settings.live_store_url) as writer:
             written = _write(writer, spec, mapping, staging, options, progress)
+            by_reason = staging.rejected_by_reason()
+            rejected = sum(by_reason.values())
+            rejects_file = None
+            if rejected:  # before the commit: rejects that cannot be kept import nothing
+                rejects_file = options.rejects or _default_rejects_path(settings, command)
+                _write_rejects(staging, rejects_file)
             t0 = time.perf_counter()
             writer.commit()
             timings["commit"] = time.perf_counter() - t0
         timings["write"] = time.perf_counter() - started - timings["read"]
-        by_reason = staging.rejected_by_reason()
-        rejected = sum(by_reason.values())
-        rejects_file = None
-        if rejected:
-            rejects_file = options.rejects or _default_rejects_path(settings, command)
-            staging.write_rejects(rejects_file)
     seconds = time.perf_counter() - started
     summary = {
         "command": command,
@@ -153,6 +156,27 @@ def import_table(
     }
     log.info("imported %s: %s", command, summary)
     return summary
+
+
+def check_rejects_path(path: Path | None) -> None:
+    """``ImportInputError`` before any work if ``--rejects`` names a folder or a file in a
+    folder that does not exist (the rejects must be kept, so the import would be refused
+    after reading the whole input)."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise ImportInputError(f"--rejects {path} is a folder: give the path of a CSV file")
+    if not Path(path).parent.is_dir():
+        raise ImportInputError(f"--rejects {path}: the folder {Path(path).parent} does not exist")
+
+
+def _write_rejects(staging: Staging, path: Path) -> None:
+    try:
+        staging.write_rejects(path)
+    except (OSError, duckdb.Error) as error:
+        raise ImportInputError(
+            f"cannot write the rejects file {path} ({one_line(error, limit=200)}): nothing imported"
+        ) from None
 
 
 def _default_rejects_path(settings: Settings, command: str) -> Path:

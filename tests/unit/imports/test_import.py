@@ -591,3 +591,30 @@ def test_from_sql_reads_the_follow_services_own_postgresql(store_url, postgres_u
     rejects = pl.read_csv(summary["rejects_file"])
     assert rejects["line_number"].to_list() == [3]  # the result's third row
     assert rejects["line"][0].startswith('{"src":3,"dst":3')
+
+
+def test_rejects_that_cannot_be_written_import_nothing(store_url, tmp_path):
+    """--rejects naming a folder is refused before any work; a rejects file that fails to be
+    written after the rows were staged (the disk full) rolls the import back:
+    nothing in the store, so a rerun imports everything once."""
+    settings = settings_for(store_url, tmp_path)
+    text = "1,2\n2,2\n3,4\n"  # 2,2 is a self-loop: one reject to keep
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(ImportInputError, match="is a folder"):
+        run_import(settings, tmp_path, "edges", text, rejects=tmp_path / "a-folder")
+    with pytest.raises(ImportInputError, match="does not exist"):
+        run_import(settings, tmp_path, "edges", text, rejects=tmp_path / "gone" / "r.csv")
+    def disk_full(self, path):
+        raise OSError(28, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(staging_module.Staging, "write_rejects", disk_full)
+        with pytest.raises(ImportInputError, match="cannot write the rejects file.*No space.*"
+                           "nothing imported"):
+            run_import(settings, tmp_path, "edges", text, rejects=tmp_path / "r.csv")
+    try:
+        assert table(settings, "follow_edges") == []
+    except LiveStoreError as missing:
+        assert "load data first" in str(missing)
+    summary = run_import(settings, tmp_path, "edges", text, rejects=tmp_path / "r.csv")
+    assert summary["loaded"] == 2 and summary["rejected_by_reason"] == {"self_loop": 1}
