@@ -28,6 +28,12 @@ class RunNotFoundError(RecsError):
     """No run, snapshot or published version where one was expected."""
 
 
+class CorruptFileError(RunNotFoundError):
+    """A state file exists but is not what it must be: truncated, not JSON, or not a JSON object
+    (an interrupted writer that did not write atomically, a disk fault, an edit by hand). A
+    ``RunNotFoundError``, so whatever skips a missing run or version skips a damaged one too."""
+
+
 class ShardOutOfRangeError(RecsError):
     """A shard id outside ``0 .. shard_count - 1``."""
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from recs.errors import RunNotFoundError
+from recs.errors import CorruptFileError, RunNotFoundError
 
 HASH_CHUNK_BYTES = 1 << 20
 
@@ -112,13 +112,24 @@ def write_json(path: Path, document: Any) -> Path:
     return Path(path)
 
 
-def read_json(path: Path) -> Any:
-    """Read a JSON document; a missing file raises ``RunNotFoundError`` naming it."""
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object (every state file of a run or version is one). Raises
+    ``RunNotFoundError`` naming a missing file, ``CorruptFileError`` (one line, with the
+    parser's reason) for one that is truncated, not JSON or not an object."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunNotFoundError(f"missing {path}") from None
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        raise CorruptFileError(
+            f"{path} is damaged: not readable JSON ({str(error).splitlines()[0][:120]})"
+        ) from None
+    if not isinstance(document, dict):
+        raise CorruptFileError(
+            f"{path} is damaged: a JSON {type(document).__name__}, not an object"
+        )
+    return document
 
 
 def sha256_file(path: Path) -> str:

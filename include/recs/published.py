@@ -20,11 +20,11 @@ sizes here, never the live store or a DuckDB file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from recs.errors import RunNotFoundError
+from recs.errors import CorruptFileError, RunNotFoundError
+from recs.files import read_json
 
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
@@ -64,8 +64,10 @@ def version_manifest(published_dir: Path, run_id: str | None = None) -> dict[str
     name = run_id or current_or_raise(published_dir)
     path = version_dir(published_dir, name) / MANIFEST_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        return read_json(path)
+    except CorruptFileError as damaged:
+        raise CorruptFileError(f"published version {name!r} is damaged: {damaged}") from None
+    except RunNotFoundError:
         known = ", ".join(v["run_id"] for v in list_versions(published_dir)) or "none"
         raise RunNotFoundError(
             f"no published version {name!r} under {published_dir} (published: {known})"
@@ -121,8 +123,8 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
         if folder.name.startswith(".") or not folder.is_dir():
             continue
         try:
-            manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+            manifest = read_json(folder / MANIFEST_FILE)
+        except RunNotFoundError:  # no manifest yet, or a damaged one: not a usable version
             continue
         versions.append(
             {

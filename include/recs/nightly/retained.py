@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
-from recs.errors import LiveStoreError, SnapshotNotRetainedError
+from recs.errors import CorruptFileError, LiveStoreError, SnapshotNotRetainedError
 from recs.files import read_json, staging_name, write_json
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_shards
@@ -93,8 +93,15 @@ def is_complete(path: Path) -> bool:
 
 
 def manifest(path: Path) -> dict[str, Any]:
-    """A retained snapshot's manifest (``RunNotFoundError`` if there is none)."""
-    return read_json(path / MANIFEST)
+    """A retained snapshot's manifest (``RunNotFoundError`` if there is none,
+    ``CorruptFileError`` naming the remedy if it is damaged)."""
+    try:
+        return read_json(path / MANIFEST)
+    except CorruptFileError as damaged:
+        raise CorruptFileError(
+            f"retained snapshot {path}: {damaged}; make it again from the live store with "
+            "--rebuild-snapshot (the DAG's rebuild_snapshot param)"
+        ) from None
 
 
 def retained_dates(home: Path) -> list[str]:

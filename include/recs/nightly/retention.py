@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.config import Settings
-from recs.errors import RunNotFoundError
+from recs.errors import CorruptFileError, RunNotFoundError
 from recs.nightly import history
 from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
@@ -66,7 +66,8 @@ def collect_garbage(
     changed_cutoff = dt.datetime.combine(run_cutoff, dt.time(), dt.UTC).timestamp()
     for date_dir in _dated_folders(Path(settings.runs_dir), run_cutoff):
         for run_dir in sorted(p for p in date_dir.iterdir() if p.is_dir()):
-            if (date_dir.name, run_dir.name) in backing or _changed_since(run_dir, changed_cutoff):
+            kept = (date_dir.name, run_dir.name) in backing or ("*", run_dir.name) in backing
+            if kept or _changed_since(run_dir, changed_cutoff):
                 continue
             if in_progress(run_dir):
                 continue  # another process is working on it: left alone
@@ -91,11 +92,15 @@ def collect_garbage(
 
 
 def _backing_runs(published_dir: Path, names: set[str]) -> set[tuple[str, str]]:
-    """``(snapshot_date, run_id)`` of the runs behind the versions ``names``."""
+    """``(snapshot_date, run_id)`` of the runs behind the versions ``names``; ``("*",
+    run_id)`` when a version's manifest is damaged (its date unknown: every run of that id is
+    kept)."""
     backing = set()
     for name in names:
         try:
             backing.add((version_manifest(published_dir, name).get("snapshot_date"), name))
+        except CorruptFileError:
+            backing.add(("*", name))
         except RunNotFoundError:
             continue  # CURRENT names a missing version: there is no run of it to keep
     return backing
