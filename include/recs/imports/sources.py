@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,11 @@ class DelimitedFile:
             self.columns = []
         else:
             text = first.decode("utf-8", "replace")
+            if "\r" in text.rstrip("\r"):
+                raise ImportInputError(
+                    f"{path}: its lines end with a carriage return alone (old Mac line ends): "
+                    "convert them to newlines first, e.g. tr '\\r' '\\n' < in.csv > out.csv"
+                )
             self.separator = separator or _sniff_separator(text)
             fields = _split_fields(first, self.separator)
             self.has_header = (
@@ -178,7 +184,7 @@ class DelimitedFile:
             while True:
                 try:
                     data = handle.read(self.block_bytes)
-                except (OSError, EOFError, gzip.BadGzipFile) as error:
+                except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as error:
                     raise ImportInputError(f"cannot read {self.path}: {error}") from None
                 if not data:
                     if carry:
@@ -355,10 +361,11 @@ def _separator_name(separator: str) -> str:
 def _split_fields(line: bytes, separator: str) -> list[bytes]:
     import csv
 
-    return [
-        field.encode()
-        for field in next(csv.reader([line.decode("utf-8", "replace")], delimiter=separator))
-    ] or [b""]
+    try:
+        fields = next(csv.reader([line.decode("utf-8", "replace")], delimiter=separator))
+    except csv.Error as error:
+        raise ImportInputError(f"cannot split the first line into fields: {error}") from None
+    return [field.encode() for field in fields] or [b""]
 
 
 def _field_text(field: bytes) -> str:

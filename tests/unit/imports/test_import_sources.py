@@ -208,3 +208,19 @@ def test_id_columns_are_parsed_as_integers_until_a_block_holds_something_else(tm
         "x",
         "9",
     ]
+
+
+def test_corrupt_compressed_data_and_lone_carriage_returns_are_one_line(tmp_path):
+    """A gzip header over bytes that are not deflate data (zlib's own error, not a gzip one),
+    and a file whose lines end in a bare carriage return: each is an input error naming what
+    to do, not a traceback; a CRLF file reads as usual."""
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbagegarbage")
+    with pytest.raises(ImportInputError, match="cannot read .*invalid code lengths"):
+        open_source(str(bad), batch_rows=1024)
+    with pytest.raises(ImportInputError, match="carriage return alone"):
+        open_source(str(write(tmp_path / "cr.csv", "follower_id,followee_id\r1,2\r")),
+                    batch_rows=1024)  # fmt: skip
+    crlf = open_source(str(write(tmp_path / "crlf.csv", "follower_id,followee_id\r\n1,2\r\n")),
+                       batch_rows=1024)  # fmt: skip
+    assert crlf.columns == ["follower_id", "followee_id"] and rows_of(crlf)[0] == [("1", "2")]
