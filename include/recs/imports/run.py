@@ -231,6 +231,22 @@ def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.D
     )
 
 
+_NAMING_USERS = ("follow_edges", "blocks", "mutes", "dismissed_candidates", "user_interests")
+"""Tables whose rows name accounts (``users``): ``import users --replace`` would orphan them."""
+
+
+def _refuse_orphaning(writer: StoreWriter) -> None:
+    """``ImportInputError`` (nothing written) if ``import users --replace`` would drop the
+    accounts rows of other tables name: they would point at accounts that no longer exist."""
+    named = [table for table in _NAMING_USERS if not writer.is_empty(table)]
+    if named:
+        raise ImportInputError(
+            f"refusing import users --replace: {', '.join(named)} name the accounts it would "
+            "drop; import users without --replace (--update-existing updates accounts in "
+            "place), or start from an empty store (a RECS_HOME of its own, or make clean)"
+        )
+
+
 def _write(
     writer: StoreWriter,
     spec: ImportTable,
@@ -240,6 +256,8 @@ def _write(
     progress: Progress | None,
 ) -> dict[str, Any]:
     """Everything that happens inside the store's transaction (module docstring, step 2)."""
+    if options.replace and spec.table == "users":
+        _refuse_orphaning(writer)
     if options.replace:
         writer.clear(spec)
     fresh = writer.is_empty(spec.table)

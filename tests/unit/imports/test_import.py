@@ -618,3 +618,18 @@ def test_rejects_that_cannot_be_written_import_nothing(store_url, tmp_path):
         assert "load data first" in str(missing)
     summary = run_import(settings, tmp_path, "edges", text, rejects=tmp_path / "r.csv")
     assert summary["loaded"] == 2 and summary["rejected_by_reason"] == {"self_loop": 1}
+
+
+def test_replacing_users_that_other_rows_name_is_refused(store_url, tmp_path):
+    """import users --replace while follow edges name the accounts would orphan every edge:
+    refused in one line, nothing changed; into a store with users only it replaces them."""
+    settings = settings_for(store_url, tmp_path)
+    run_import(settings, tmp_path, "users", "user_id\n1\n2\n3\n", name="u.csv")
+    replaced = run_import(settings, tmp_path, "users", "user_id\n7\n8\n", name="u2.csv",
+                          replace=True)  # fmt: skip
+    assert replaced["loaded"] == 2 and [r[0] for r in table(settings, "users")] == [7, 8]
+    run_import(settings, tmp_path, "edges", "follower_id,followee_id\n7,8\n", name="e.csv")
+    with pytest.raises(ImportInputError, match="refusing import users --replace: follow_edges"):
+        run_import(settings, tmp_path, "users", "user_id\n9\n", name="u3.csv", replace=True)
+    assert [r[0] for r in table(settings, "users")] == [7, 8]
+    assert [r[:2] for r in table(settings, "follow_edges")] == [(7, 8)]
