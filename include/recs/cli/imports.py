@@ -318,6 +318,12 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
     )
 
     def render(doc: dict[str, Any]) -> None:
+        if doc["ignored_columns"]:
+            err.print(
+                f"warning: columns not imported (no --<column>-col names them): "
+                f"{', '.join(doc['ignored_columns'])}",
+                highlight=False,
+            )
         if doc["generated"]:
             err.print(
                 f"generated (not in the input, seed {doc['seed']}): {', '.join(doc['generated'])}",
@@ -331,7 +337,8 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
         shown = {
             key: value
             for key, value in doc.items()
-            if key not in ("rejected_by_reason", "timings", "generated", "atomicity")
+            if key not in ("rejected_by_reason", "timings", "generated", "atomicity",
+                           "ignored_columns")
             and value is not None
         }
         shown["store"] = f"{doc['store']['backend']} {doc['store']['url']}"

@@ -100,7 +100,9 @@ def import_table(
     by name, or by position in a headerless file). Returns a JSON-able summary: ``command,
     table, source, store`` (backend, URL), ``mode`` (fresh or merge), ``rows_read, loaded,
     updated, rejected, rejected_by_reason, users_created, follow_counts, generated,
-    rejects_file, balanced, atomicity, seconds, rows_per_second, timings``.
+    rejects_file, balanced, atomicity, seconds, rows_per_second, timings``, and
+    ``ignored_columns``: the source's columns no store column is mapped to (a ``status`` column
+    is not ``account_status``: say ``--status-col status``).
 
     Raises ``ImportInputError`` (bad input or options, nothing written) and ``LiveStoreError``
     (the store cannot be opened or written; nothing written).
@@ -144,6 +146,7 @@ def import_table(
         "source": source.name,
         "store": {"backend": writer.backend, "url": writer.where},
         "rows_read": rows_read,
+        "ignored_columns": [c for c in source.columns if c not in set(mapping.values())],
         **written,
         "rejected": rejected,
         "rejected_by_reason": {r: by_reason[r] for r in REJECT_REASONS if r in by_reason},

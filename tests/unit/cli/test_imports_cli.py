@@ -75,6 +75,17 @@ def test_the_human_output_says_what_was_rejected_and_how_it_was_written(recs, tm
     assert (tmp_path / "bad.csv").read_text().splitlines()[1].startswith("2,self_loop,")
 
 
+def test_columns_no_option_names_are_named_as_not_imported(recs, tmp_path):
+    """A users file's `status` is not `account_status`: loaded as active unless mapped, so the
+    output warns about it (and --json lists it); mapped with --status-col it is imported."""
+    (tmp_path / "u.csv").write_text("user_id,status,nickname\n1,suspended,x\n")
+    code, out, err = recs("import", "users", "u.csv", "--json")
+    assert code == 0 and json.loads(out)["ignored_columns"] == ["status", "nickname"]
+    code, _, err = recs("import", "users", "u.csv", "--replace", "--status-col", "status")
+    assert code == 0
+    assert any(line.endswith("no --<column>-col names them): nickname") for line in err), err
+
+
 def test_generate_missing_says_what_it_generated(recs, tmp_path):
     (tmp_path / "e.csv").write_text(
         "follower_id,followee_id\n" + "".join(f"{i},{(i + 1) % 20}\n" for i in range(20))
