@@ -94,11 +94,20 @@ def is_postgres(url: str) -> bool:
     return url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
 
 
+SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword", "sslkey")
+"""Query parameters of a URL that hold a secret (libpq accepts ``?password=``)."""
+
+
 def display_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``: what messages, logs and manifests show."""
+    """``url`` with its password, and any query parameter in ``SECRET_QUERY_KEYS``, replaced by
+    ``***``: what messages, logs and manifests show."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    parsed = make_url(url)
+    hidden = {k: "***" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
+    if hidden:
+        parsed = parsed.update_query_dict(hidden)
+    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
 
 
 def one_line(error: BaseException, url: str | None = None, *, limit: int | None = None) -> str:
@@ -107,9 +116,14 @@ def one_line(error: BaseException, url: str | None = None, *, limit: int | None 
     from sqlalchemy.engine import make_url
 
     message = " ".join(str(error).split()) or type(error).__name__
-    password = make_url(url).password if url else None
-    if password:
-        message = message.replace(str(password), "***")
+    parsed = make_url(url) if url else None
+    secrets = [parsed.password] if parsed is not None and parsed.password else []
+    if parsed is not None:
+        for key, value in parsed.query.items():
+            if key.lower() in SECRET_QUERY_KEYS:
+                secrets += [value] if isinstance(value, str) else list(value)
+    for secret in secrets:
+        message = message.replace(str(secret), "***")
     return message[:limit] if limit else message
 
 

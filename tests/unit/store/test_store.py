@@ -61,3 +61,17 @@ def test_mutual_follows_view_lists_both_directions_of_active_pairs_only(store_ur
         ).fetchall()
     engine.dispose()
     assert [tuple(row) for row in rows] == [(1, 2), (2, 1)]
+
+
+def test_urls_shown_in_messages_hide_every_secret():
+    """The password in the userinfo and libpq's ?password= (and the other secret parameters)
+    are masked in what messages show, and in a driver error that repeats them."""
+    from recs.store.connections import display_url, one_line
+
+    url = "postgresql://ro:pw1@db:5432/follows?password=pw2&sslpassword=pw3&sslmode=require"
+    shown = display_url(url)
+    assert shown == (
+        "postgresql://ro:***@db:5432/follows?password=***&sslmode=require&sslpassword=***"
+    )
+    message = one_line(RuntimeError("auth failed: pw1 / pw2 / pw3\nretry"), url)
+    assert message == "auth failed: *** / *** / *** retry"
