@@ -126,6 +126,9 @@ BAD_BODY = 'invalid request body: expected JSON like {"candidate_id": 123}'
         (WTF.format(1) + "?limit=0", 400, f"invalid limit '0': {BAD_LIMIT}"),
         (WTF.format(1) + "?limit=101", 400, f"invalid limit '101': {BAD_LIMIT}"),
         (WTF.format(1) + "?limit=ten", 400, f"invalid limit 'ten': {BAD_LIMIT}"),
+        (WTF.format(1) + "?limit=" + "9" * 5000, 400,  # not echoed back whole
+         f"invalid limit '{'9' * 63}… (5,000 characters): {BAD_LIMIT}"),
+        (WTF.format("7" * 300), 400, f"invalid user id '{'7' * 63}… (300 characters): {BAD_ID}"),
         (WTF.format(777), 404, "unknown user 777: not in the live store"),
         (WTF.format(5), 404, "user 5 is suspended: only active accounts get recommendations"),
     ],

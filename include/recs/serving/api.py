@@ -66,7 +66,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from recs.config import Settings, get_settings
 from recs.contracts import MAX_USER_ID
-from recs.errors import InvalidRequestError, RecsError, StoreUnavailableError
+from recs.errors import InvalidRequestError, RecsError, StoreUnavailableError, quoted
 from recs.serving import read_path
 from recs.serving.auth import (
     ID_RULE,
@@ -159,7 +159,7 @@ class _BodyLimit:
             refusal = None
             if not declared.isdigit():
                 text = declared.decode("latin-1")
-                refusal = InvalidRequestError(f"invalid Content-Length header {text!r}")
+                refusal = InvalidRequestError(f"invalid Content-Length header {quoted(text)}")
             elif len(declared) > 15 or int(declared) > self.max_bytes:  # 15 digits: < 1 PB
                 refusal = self._too_large()
             if refusal is not None:
@@ -483,7 +483,7 @@ def _candidate_from_body(body: bytes) -> int:
         raise InvalidRequestError('invalid request body: expected JSON like {"candidate_id": 123}')
     value = document["candidate_id"]
     if type(value) is not int or not 0 <= value <= MAX_USER_ID:
-        raise InvalidRequestError(f"invalid candidate id {value!r}: {ID_RULE}")
+        raise InvalidRequestError(f"invalid candidate id {quoted(value)}: {ID_RULE}")
     return value
 
 

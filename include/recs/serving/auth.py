@@ -28,6 +28,7 @@ from recs.errors import (
     ConfigurationError,
     InvalidRequestError,
     PermissionDeniedError,
+    quoted,
 )
 
 ALGORITHM = "HS256"
@@ -60,7 +61,7 @@ def parse_id(text: str, what: str = "user id") -> int:
     Only the canonical decimal form names an id: ``01``, `` 1``, ``+1``, ``1e3``, ``1.0`` are
     not user 1. Raises ``InvalidRequestError`` (400; CLI exit 2) otherwise."""
     if not is_canonical_id(text):
-        raise InvalidRequestError(f"invalid {what} {text!r}: {ID_RULE}")
+        raise InvalidRequestError(f"invalid {what} {quoted(text)}: {ID_RULE}")
     return int(text)
 
 

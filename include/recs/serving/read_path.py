@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recs.config import Settings
-from recs.errors import DismissalNotFoundError, InvalidRequestError, UnknownUserError
+from recs.errors import DismissalNotFoundError, InvalidRequestError, UnknownUserError, quoted
 from recs.serving.cold_start import cold_start_items
 from recs.serving.filters import LiveCheck
 from recs.serving.live_store import LiveStore
@@ -57,7 +57,8 @@ def parse_limit(text: str | int | None, settings: Settings) -> int:
             value = int(stripped)
     if not 1 <= value <= settings.api_max_limit:
         raise InvalidRequestError(
-            f"invalid limit {text!r}: expected an integer between 1 and {settings.api_max_limit}"
+            f"invalid limit {quoted(text)}: expected an integer between 1 and "
+            f"{settings.api_max_limit}"
         )
     return value
 
