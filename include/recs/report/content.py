@@ -91,7 +91,7 @@ def run_report(
     """Everything the run view shows, as one JSON-able dict.
 
     ``task_instances``: Airflow's, ``[{"task_id", "map_index", "state", "start_date",
-    "end_date", "duration", "try_number"}]`` (ISO strings, seconds). Returns ``{"run",
+    "end_date", "duration", "try_number"}]`` (ISO strings, seconds). Returns ``{"damaged", "run",
     "stages", "shards", "skew", "gate", "volume", "hubs", "dbt", "files"}``, each described at
     its function below.
     """
@@ -103,13 +103,18 @@ def run_report(
     summary = _read(paths.validation_dir / "summary.json")
     results = _read(paths.validation_dir / "results.json")
     shards = shard_rows(paths, shard_count, version, task_instances)
+    damaged = damaged_files(paths, shard_count)
+    outcome = (summary or {}).get("outcome", "not validated")
+    if summary is None and (paths.validation_dir / "summary.json").exists():
+        outcome = "unreadable"
     return {
+        "damaged": damaged,
         "run": {
             "run_id": paths.run_id,
             "snapshot_date": paths.snapshot_date.isoformat(),
             "run_dir": str(paths.run_dir),
             "shard_count": shard_count,
-            "outcome": (summary or {}).get("outcome", "not validated"),
+            "outcome": outcome,
             "published": version is not None,
             "is_current": current_version(published_dir) == paths.run_id,
             "rows": (version or summary or {}).get("rows"),
@@ -379,8 +384,12 @@ def dbt_results(paths: RunPaths) -> dict[str, Any]:
     {resource type: {status: n}}, "problems": [{"unique_id", "resource_type", "status",
     "message", "failures"}] (every node not in ``DBT_OK``: failed first), "nodes": n}``."""
     document = _read(paths.run_dir / DBT_RESULTS)
-    if document is None:
-        return {"available": False, "elapsed_time": None, "counts": {}, "problems": [], "nodes": 0}
+    unavailable = {"available": False, "elapsed_time": None, "counts": {}, "problems": [],
+                   "nodes": 0}  # fmt: skip
+    if document is None or not isinstance(document.get("results", []), list):
+        return unavailable
+    if not all(isinstance(result, dict) for result in document.get("results", [])):
+        return unavailable
     counts: dict[str, dict[str, int]] = {}
     problems = []
     for result in document.get("results", []):
@@ -402,7 +411,8 @@ def dbt_results(paths: RunPaths) -> dict[str, Any]:
     problems.sort(key=lambda p: (p["status"] not in DBT_FAILED, p["unique_id"]))
     return {
         "available": True,
-        "elapsed_time": document.get("elapsed_time"),
+        "elapsed_time": elapsed if isinstance(elapsed := document.get("elapsed_time"),
+                                              (int, float)) else None,
         "counts": counts,
         "problems": problems,
         "nodes": len(document.get("results", [])),
@@ -412,6 +422,20 @@ def dbt_results(paths: RunPaths) -> dict[str, Any]:
 def _map_index(ti: dict[str, Any]) -> int:
     value = ti.get("map_index")
     return int(value) if value is not None else -1
+
+
+def damaged_files(paths: RunPaths, shard_count: int | None) -> list[str]:
+    """The run's JSON files the report reads that exist but are not a readable JSON object
+    (truncated, edited): shown as a warning, so a damaged file is not taken for a missing one."""
+    candidates = [
+        paths.snapshot_manifest,
+        version_dir(paths.home / "published", paths.run_id) / MANIFEST_FILE,
+        paths.validation_dir / "summary.json",
+        paths.validation_dir / "results.json",
+        paths.run_dir / DBT_RESULTS,
+        *(paths.shard_manifest(i) for i in range(shard_count or 0)),
+    ]
+    return [str(p) for p in candidates if p.is_file() and _read(p) is None]
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -102,13 +102,15 @@ def _number(value: Any) -> str:
 
 
 def _percent(value: Any, signed: bool = False) -> str:
-    if value is None:
-        return "–"
+    if not isinstance(value, (int, float)):  # None, or a damaged file's text
+        return "–" if value is None else str(value)
     return f"{value:+.1%}" if signed else f"{value:.1%}"
 
 
 def _seconds(value: Any) -> str:
-    return "–" if value is None else f"{value:,.1f} s"
+    if not isinstance(value, (int, float)):
+        return "–" if value is None else str(value)
+    return f"{value:,.1f} s"
 
 
 def _spec(value: Any) -> str:

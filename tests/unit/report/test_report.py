@@ -157,3 +157,34 @@ def test_the_vendored_vega_lite_is_the_version_altair_writes():
 
     build = (STATIC_DIR / "vendor" / "vega-lite.min.js").read_text()
     assert f'"{altair.SCHEMA_VERSION.lstrip("v")}"' in build
+
+
+@pytest.mark.parametrize(
+    ("dbt_results", "damage"),
+    [('{"results": "x"}', ""), ("[1, 2]", "[1]"), ('{"elapsed_time": "x", "results": [1]}', "{")],
+)
+def test_damaged_files_are_named_and_the_pages_still_render(run, dbt_results, damage):
+    """A truncated summary.json is not "not validated" but "unreadable", and the page names
+    every damaged file; dbt results of the wrong shape are "not available", not a 500; the
+    versions page survives CURRENT's manifest damaged."""
+    (run.validation_dir / "summary.json").write_text(damage)
+    (run.run_dir / "dbt" / "target" / "run_results.json").write_text(dbt_results)
+    (run.home / "published" / "night_1" / "manifest.json").write_text(damage)
+    report = run_report(run)
+    assert report["run"]["outcome"] == "unreadable"
+    not_an_object = [run.run_dir / "dbt" / "target" / "run_results.json"] * (
+        not dbt_results.startswith("{")
+    )  # an object of the wrong shape is read, and found "not available" below
+    assert report["damaged"] == [str(path) for path in [
+        run.home / "published" / "night_1" / "manifest.json",
+        run.validation_dir / "summary.json",
+        *not_an_object,
+    ]]  # fmt: skip
+    assert report["dbt"]["available"] is False
+    client = TestClient(create_app(authorize_run=lambda dag_id: None,
+                                   authorize_nightly=lambda: None, home=lambda: run.home))
+    page = client.get("/runs/recs_who_to_follow_nightly/night_1")
+    assert page.status_code == 200 and 'id="damaged"' in page.text
+    assert "summary.json" in page.text.split('id="damaged"')[1].split("</p>")[0]
+    for route in ("/", "/api/versions"):
+        assert client.get(route).status_code == 200, route
