@@ -79,6 +79,9 @@ def collect_garbage(
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
     for date_dir in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff):
+        runs_of_date = Path(settings.runs_dir) / date_dir.name
+        if runs_of_date.is_dir() and any(in_progress(p) for p in runs_of_date.iterdir()):
+            continue  # a backfill of that date is running: its rerun would need it again
         removed["snapshots"].append(date_dir.name)
         if not dry_run:
             shutil.rmtree(date_dir)

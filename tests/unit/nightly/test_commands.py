@@ -226,3 +226,27 @@ def test_a_damaged_manifest_is_one_line_and_gc_keeps_its_run(recs, tmp_path, dam
     assert code == 0, err
     # night_1, the predecessor, is kept by date; night_2 by name alone: its date is unreadable
     assert json.loads(out)["removed"]["runs"] == []
+
+
+def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
+    """A backfill of 2026-10-01 (older than the 30-day snapshot retention) is running, in
+    another process holding its run's lock: gc leaves that date's retained snapshot, which a
+    rerun of the backfill would need; once the process is gone, gc removes it."""
+    import subprocess
+    import sys
+
+    from test_point_in_time import HOLDER
+
+    home = tmp_path / "home"
+    (home / "snapshots" / "2026-10-01").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home), "2026-10-01", "backfill"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+        assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
+    finally:
+        holder.kill()
+        holder.wait()
+    code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
