@@ -180,12 +180,15 @@ class DelimitedFile:
         """``(block, first line number)``: whole lines, each ending with a newline."""
         line_number = 1
         carry = b""
+        first = True
         with _open_bytes(self.path) as handle:
             while True:
                 try:
                     data = handle.read(self.block_bytes)
                 except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as error:
                     raise ImportInputError(f"cannot read {self.path}: {error}") from None
+                if first:  # a UTF-8 byte order mark (spreadsheet exports) is not text
+                    data, first = data.removeprefix(b"\xef\xbb\xbf"), False
                 if not data:
                     if carry:
                         yield carry + b"\n", line_number

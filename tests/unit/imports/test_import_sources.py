@@ -224,3 +224,14 @@ def test_corrupt_compressed_data_and_lone_carriage_returns_are_one_line(tmp_path
     crlf = open_source(str(write(tmp_path / "crlf.csv", "follower_id,followee_id\r\n1,2\r\n")),
                        batch_rows=1024)  # fmt: skip
     assert crlf.columns == ["follower_id", "followee_id"] and rows_of(crlf)[0] == [("1", "2")]
+
+
+@pytest.mark.parametrize("text", ["follower_id,followee_id\n1,2\n", "1,2\n"])
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_field(tmp_path, text):
+    """Spreadsheets write a BOM first: the header is still found, and a headerless first row
+    still holds the id 1."""
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    source = open_source(str(path), batch_rows=1024)
+    assert source.columns[:2] in (["follower_id", "followee_id"], ["1", "2"])
+    assert rows_of(source)[0] == [("1", "2")]
