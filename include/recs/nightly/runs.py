@@ -127,13 +127,14 @@ class RunPaths:
             )
             if not candidates:
                 raise RunNotFoundError(
-                    f"no snapshot for {day.isoformat()} under {date_dir}: run the DAG or "
-                    f"`recs run --snapshot-date {day.isoformat()}` first"
+                    f"no run of {day.isoformat()} under {date_dir} (none has frozen its "
+                    f"snapshot): run the DAG or `recs run --snapshot-date {day.isoformat()}` first"
                 )
             paths = cls(Path(home), day, candidates[-1].parent.parent.name)
         if not paths.snapshot_manifest.exists():
             raise RunNotFoundError(
-                f"no snapshot for run {paths.run_id} of {day.isoformat()} ({paths.snapshot_dir})"
+                f"no run {paths.run_id} of {day.isoformat()}, or it has not frozen its snapshot "
+                f"yet ({paths.snapshot_dir})"
             )
         return paths
 
