@@ -22,7 +22,7 @@ DEMO_DATE := 2026-11-01
 DEMO_USERS := 1 5 2494
 DUCKDB_POOL := recs_duckdb_writer
 
-.PHONY: help venv demo test test-fast lint bench bench-scale dbt-docs clean
+.PHONY: help venv demo test test-fast lint bench bench-scale evaluate dbt-docs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -78,6 +78,12 @@ bench: $(STAMP) ## Traversal benchmark: ours vs pure Python vs DuckDB SQL, side 
 
 bench-scale: $(STAMP) ## 1 M users / 50 M edges through every nightly stage: time and memory
 	$(BIN)/python bench/scale_run.py $(SCALE_ARGS)
+
+# Issue 13: the four real graphs, every ranking variant and baseline (about an hour; one dataset:
+#   make evaluate EVALUATE_ARGS="--dataset twitter-hershey --variants design,shipped").
+EVALUATE_ARGS ?=
+evaluate: $(STAMP) ## Recommendation quality on the real graphs vs classic baselines (bench/evaluation/)
+	$(BIN)/recs evaluate --out bench/evaluation $(EVALUATE_ARGS)
 
 dbt-docs: $(STAMP) ## Generate and serve dbt docs for the latest run (lineage to the exposures)
 	cd dbt_project && $(BIN)/dbt docs generate --vars "{run_dir: $$(ls -d $(RECS_HOME)/runs/*/* | tail -1)}" && $(BIN)/dbt docs serve --port 8081

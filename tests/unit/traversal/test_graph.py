@@ -139,8 +139,8 @@ def test_rebuild_writes_identical_bytes(tmp_path):
     second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
     assert first == second
     assert sorted(first) == [
-        "account_active.npy", "activity.npy", "id_index.npy", "indices.npy", "indptr.npy",
-        "meta.json", "user_ids.npy",
+        "account_active.npy", "activity.npy", "id_index.npy", "in_degree.npy", "indices.npy",
+        "indptr.npy", "meta.json", "path_weight.npy", "reciprocal_pairs.npy", "user_ids.npy",
     ]
 
 

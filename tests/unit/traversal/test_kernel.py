@@ -51,7 +51,8 @@ def test_kernel_memory_does_not_grow_with_the_graph():
         indptr[:2] = [0, 2]
         graph = SimpleNamespace(
             indptr=indptr, indices=np.array([2, 3, 2, 3], np.int32),
-            activity=np.ones(n_nodes), n_nodes=n_nodes,
+            activity=np.ones(n_nodes), n_nodes=n_nodes, path_weight=np.ones(n_nodes),
+            in_degree=np.zeros(n_nodes, np.int32),
         )
         recommend_users(inputs, graph, Settings())  # compile / load outside the trace
         tracemalloc.start()
