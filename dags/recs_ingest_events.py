@@ -8,11 +8,12 @@ relationship, bad lines quarantined) and moves them to ``landing/ingested/``. Th
 (``.name``) or another suffix and rename it when complete, so a half-written file is never read.
 
 A declaration only: each task body is one call into ``recs``; top-level imports are
-``airflow.sdk``, ``pendulum`` and the standard library. The sensor runs in ``reschedule`` mode
-(no worker slot held while it waits) and gives up quietly (skipped, not failed) before the next
-run starts; ``max_active_runs=1`` keeps one ingester at a time. Retrying the ingest task is
-safe: events already applied count as duplicates. The live store is an asset: each ingest
-records its counts in the asset event.
+``airflow.sdk``, ``pendulum``, the standard library and ``recs.assets``. The sensor runs in
+``reschedule`` mode (no worker slot held while it waits) and gives up quietly (skipped, not
+failed) before the next run starts; ``max_active_runs=1`` keeps one ingester at a time.
+Retrying the ingest task is safe: events already applied count as duplicates. The live store is
+an asset: each ingest records its counts in the asset event, and the nightly DAG's
+``freeze_snapshot`` reads it (its inlet).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import datetime as dt
 import pendulum
 from airflow.sdk import Asset, CronTriggerTimetable, PokeReturnValue, dag, get_current_context, task
 
-LIVE_STORE = Asset(name="recs_live_graph_store", uri="recs://follow-graph/live-store")
+from recs.assets import LIVE_STORE_ASSET_NAME, LIVE_STORE_ASSET_URI
+
+LIVE_STORE = Asset(name=LIVE_STORE_ASSET_NAME, uri=LIVE_STORE_ASSET_URI)
 
 POLL_MINUTES = 5
 

@@ -13,6 +13,11 @@ reuses ``D``'s retained snapshot; when none is retained it fails at once, unless
 ``{"rebuild_snapshot": true}`` (param below), which rebuilds it from the live store as of the
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
 the date it runs after.
+
+A shard that still fails after its retries does not stop the night: ``validate_run`` runs once
+every shard is done (``all_done``), gates the shards that were computed, and ``publish_run``
+(``all_success``) carries the failed ones over from the version being replaced. If a stage
+before the traversal failed, ``validate_run`` fails at once, saying which.
 """
 
 from __future__ import annotations
@@ -20,20 +25,36 @@ from __future__ import annotations
 import datetime as dt
 
 import pendulum
-from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
+from airflow.sdk import (
+    Asset,
+    CronDataIntervalTimetable,
+    Param,
+    TriggerRule,
+    dag,
+    get_current_context,
+    task,
+)
 
 from recs.assets import (
     DUCKDB_WRITER_POOL,
+    LIVE_STORE_ASSET_NAME,
+    LIVE_STORE_ASSET_URI,
     PUBLISHED_ASSET_NAME,
     PUBLISHED_ASSET_URI,
     SNAPSHOT_ASSET_NAME,
     SNAPSHOT_ASSET_URI,
 )
 
+# Lineage (recs.assets): ingest → live store → freeze_snapshot → snapshot → publish_run →
+# published. Inlets only: the cron schedule stays (a run per ingest batch is not the design).
+LIVE_STORE = Asset(name=LIVE_STORE_ASSET_NAME, uri=LIVE_STORE_ASSET_URI)
 SNAPSHOT = Asset(name=SNAPSHOT_ASSET_NAME, uri=SNAPSHOT_ASSET_URI)
 PUBLISHED = Asset(name=PUBLISHED_ASSET_NAME, uri=PUBLISHED_ASSET_URI)
 
 DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
+
+# The stages the gate needs to have succeeded; the shards may have failed (carried over).
+BEFORE_TRAVERSAL = ("freeze_snapshot", "build_models", "build_graph", "plan_shards")
 
 
 def _run_ref() -> dict[str, str]:
@@ -63,6 +84,18 @@ def _run_ref() -> dict[str, str]:
     }
 
 
+def _stages_not_succeeded(task_ids: tuple[str, ...]) -> dict[str, str]:
+    """``{task_id: state}`` of the tasks of this DAG run among ``task_ids`` that did not
+    succeed (asked of Airflow, not inferred from files a previous attempt may have left)."""
+    context = get_current_context()
+    ti, dag_run = context["ti"], context["dag_run"]
+    states = ti.get_task_states(
+        dag_id=dag_run.dag_id, task_ids=list(task_ids), run_ids=[dag_run.run_id]
+    ).get(dag_run.run_id, {})
+    found = {task_id: str(states.get(task_id)) for task_id in task_ids}
+    return {task_id: state for task_id, state in found.items() if state != "success"}
+
+
 def _paths(run: dict[str, str]):
     from recs.nightly.runs import RunPaths
 
@@ -89,7 +122,7 @@ def _paths(run: dict[str, str]):
     },
 )
 def recs_who_to_follow_nightly():
-    @task(outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
+    @task(inlets=[LIVE_STORE], outlets=[SNAPSHOT], **DATA_TASK_RETRIES)
     def freeze_snapshot() -> dict[str, str]:
         """Consistent, non-blocking read of the live store into the run's snapshot Parquet."""
         from airflow.sdk.configuration import conf
@@ -146,23 +179,41 @@ def recs_who_to_follow_nightly():
 
         return pipeline.traverse_shard(_paths(run), shard_id)
 
-    @task(retries=0)
-    def validate_run(run: dict[str, str], shard_results: list[dict]) -> dict[str, str]:
-        """Great Expectations gate: a failure fails the task and nothing is published."""
+    @task(retries=0, trigger_rule=TriggerRule.ALL_DONE)
+    def validate_run() -> dict[str, str]:
+        """Great Expectations gate over the computed shards, run even when shards failed; a
+        failure (data, the gate itself, nothing to validate) fails the task, nothing publishes."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         from recs.nightly import pipeline
 
+        run = _run_ref()  # from the context, not XCom: an upstream failure leaves none
+        failed = _stages_not_succeeded(BEFORE_TRAVERSAL)
+        if failed:
+            states = ", ".join(f"{task_id} is {state}" for task_id, state in failed.items())
+            raise AirflowFailException(
+                f"nothing to validate for run {run['run_id']}: {states}; only failed shards "
+                "are carried over, an earlier stage must succeed"
+            )
         pipeline.validate_run(_paths(run))
         return run
 
-    @task(outlets=[PUBLISHED], **DATA_TASK_RETRIES)
+    @task(inlets=[SNAPSHOT], outlets=[PUBLISHED], **DATA_TASK_RETRIES)
     def publish_run(run: dict[str, str]) -> dict:
-        """Write published/<run_id>/ and atomically swap CURRENT to it."""
+        """Write published/<run_id>/ and atomically swap CURRENT to it; the asset event says
+        what was published (users, rows, the shards carried over and from which run)."""
         from recs.nightly import pipeline
 
         result = pipeline.publish_run(_paths(run))
         get_current_context()["outlet_events"][PUBLISHED].extra = {
-            "version": str(result.get("version", run["run_id"])),
             **run,
+            "version_dir": result["version_dir"],
+            "current": result["current"],
+            "users": result["users"],
+            "rows": result["rows"],
+            "shard_count": result["shard_count"],
+            "carried_over": result["carried_over"],
+            "previous": result["previous"],
         }
         return result
 
@@ -170,7 +221,9 @@ def recs_who_to_follow_nightly():
     modelled = build_models(run)
     graph = build_graph(modelled)
     shards = traverse_shard.partial(run=graph).expand(shard_id=plan_shards(graph))
-    publish_run(validate_run(graph, shards))
+    validated = validate_run()
+    [graph, shards] >> validated
+    publish_run(validated)
 
 
 recs_who_to_follow_nightly()

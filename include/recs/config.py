@@ -20,6 +20,8 @@ Defaults and their source:
 - ``ingest_*``: event ingestion (``recs ingest``): the event_time window an event must fall in
   (``ingest_max_future_seconds`` 3600 ahead of the ingesting machine's clock, not before
   ``ingest_min_event_time`` 2000-01-01; the reasons are on the fields).
+- ``gate_*``: the gate's table-level bounds (``recs.nightly.validation``); ``*_retention_*``:
+  what ``recs gc`` keeps (``recs.nightly.retention``).
 - ``hub_in_degree_threshold``: the design uses 1,000,000 for 500 M users; ``None`` (default)
   scales it to the graph: the in-degree at the ``hub_quantile`` (99.9th percentile), at least
   ``hub_min_in_degree`` (100), so a 80 k-user graph still has a handful of hubs.
@@ -75,8 +77,10 @@ class Settings(BaseSettings):
         description="How long freeze_snapshot waits for the standby to replay up to the primary.",
     )
     datasets_dir: Path = Field(
-        Path(__file__).resolve().parents[3] / "shared" / "datasets",
-        description="Folder holding the real graph datasets (../shared/datasets).",
+        Path(__file__).resolve().parents[2] / "datasets",
+        description="Folder searched first for the real graph datasets (RECS_DATASETS_DIR; "
+        "default the repository's datasets/); then datasets/, then ../shared/datasets "
+        "(recs.demo.datasets.dataset_folders).",
     )
 
     shard_count: int | None = Field(
@@ -157,6 +161,56 @@ class Settings(BaseSettings):
 
     cold_start_account_age_hours: float = Field(24.0, ge=0.0)
     cold_start_min_following: int = Field(5, ge=0)
+
+    # --- the gate (recs.nightly.validation) ---------------------------------------------------
+    # Frozen into the run with the caps and weights: a rerun of the gate judges by the same bounds.
+    gate_min_list_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Least share of tonight's eligible users (rows of exports/eligible_users, in "
+        "the computed shards) that must get a list; below it the gate fails.",
+    )
+    gate_max_drop: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Largest fall of users with lists, and of rows, against the version the run "
+        "would replace, as a relative change (0.25: at most 25% fewer).",
+    )
+    gate_max_growth: float = Field(
+        3.0,
+        ge=0.0,
+        le=1_000_000.0,
+        allow_inf_nan=False,
+        description="Largest rise of users with lists, and of rows, against the version the run "
+        "would replace, as a relative change (3.0: up to +300%, i.e. four times as many).",
+    )
+
+    # --- retention (recs gc) -------------------------------------------------------------------
+    # Excluded from model_dump() like the api_* fields: they configure `recs gc`, not a run.
+    run_retention_days: int = Field(
+        14,
+        exclude=True,
+        ge=1,
+        description="`recs gc` removes runs/<date>/<run_id>/ once its date, and the last change "
+        "in it, are more than this many days old (never the runs of CURRENT and its "
+        "predecessor).",
+    )
+    snapshot_retention_days: int = Field(
+        30,
+        exclude=True,
+        ge=1,
+        description="`recs gc` removes snapshots/<date>/ once its date is more than this many "
+        "days old.",
+    )
+    published_retention_versions: int = Field(
+        7,
+        exclude=True,
+        ge=2,
+        description="`recs gc` keeps this many most recently published versions under "
+        "published/ (always CURRENT and its predecessor, the rollback target).",
+    )
 
     # --- the online read path (recs.serving, recs.api, recs.auth) ---------------------------
     # All excluded from model_dump(): they configure the API process, not a run, so they are
@@ -292,6 +346,25 @@ class Settings(BaseSettings):
         description="Events dated before this (naive UTC; RECS_INGEST_MIN_EVENT_TIME) are "
         "quarantined: the follow service produced none that old, so such a time is an unset "
         "or zeroed clock (1970-01-01, 0001-01-01), not an event to order others by.",
+    )
+
+    # --- bulk import (recs.imports) ----------------------------------------------------------
+    # Excluded from model_dump() like the ingest_* fields: they configure `recs import`.
+    import_batch_rows: int = Field(
+        1 << 20,
+        exclude=True,
+        ge=1024,
+        le=1 << 24,
+        description="Rows read at a time from a Parquet file or a --from-sql query "
+        "(RECS_IMPORT_BATCH_ROWS); CSV/TSV is read 16 MiB of text at a time.",
+    )
+    import_memory_mb: int = Field(
+        1024,
+        exclude=True,
+        ge=64,
+        description="Memory of an import's staging area (DuckDB, RECS_IMPORT_MEMORY_MB), MiB: it "
+        "sorts and de-duplicates the rows within this and spills to RECS_HOME/tmp beyond it, "
+        "so an import's memory does not grow with its input.",
     )
 
     # --- quality evaluation (recs.evaluation, `recs evaluate`) --------------------------------

@@ -81,6 +81,14 @@ class CountsDriftError(RecsError):
     exit_code = 1
 
 
+# --- bulk import (recs.imports) --------------------------------------------------------------
+
+
+class ImportInputError(RecsError):
+    """An input ``recs import`` cannot read as asked: a missing file or column, a bad option, a
+    failing ``--query``, or a column none of whose values parse (a wrong ``--time-format``)."""
+
+
 # --- the nightly run (recs.nightly) ----------------------------------------------------------
 
 
@@ -106,9 +114,31 @@ class ModelsBuildError(RecsError):
 
 
 class ValidationFailedError(RecsError):
-    """The Great Expectations gate failed: the run must not be published."""
+    """The data failed the Great Expectations gate: the run must not be published."""
 
     exit_code = 3
+
+
+class ValidationEngineError(RecsError):
+    """The gate itself could not judge the run: Great Expectations (or the gate's own code)
+    raised, or an expectation's metric could not be computed. Not a verdict on the data; the
+    results are saved and the run is not published."""
+
+    exit_code = 4
+
+
+class NothingToValidateError(RecsError):
+    """There is nothing to validate: no shard produced output, nobody is eligible tonight, or
+    a stage before the traversal did not complete. The run is not published."""
+
+    exit_code = 5
+
+
+class CarryOverError(RecsError):
+    """Shards failed and there is no published version to carry their users' lists over from
+    (nothing is ``CURRENT``, or it is incomplete)."""
+
+    exit_code = 6
 
 
 # --- the online read path (recs.serving, recs.api, recs.auth) --------------------------------

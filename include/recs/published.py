@@ -53,10 +53,12 @@ def shard_file(published_dir: Path, run_id: str, shard_id: int) -> Path:
 def version_manifest(published_dir: Path, run_id: str | None = None) -> dict[str, Any]:
     """The manifest of version ``run_id`` (default: the current one).
 
-    Keys: ``run_id, snapshot_date, generated_at, shard_count, rows, users, shards`` (one
-    ``{shard_id, path, rows, users, bytes, sha256}`` per shard), ``exports``, ``settings``,
-    ``validation``. Raises ``RunNotFoundError`` if nothing is published or the version is
-    missing.
+    Keys: ``run_id, snapshot_date, generated_at, shard_count, rows, users, carried_over``
+    (shard ids), ``shards`` (one ``{shard_id, path, status, carried_from, rows, users, bytes,
+    sha256}`` per shard; ``status`` ``computed`` or ``carried_over``, ``carried_from`` the run
+    the rows were computed in, null when computed), ``exports``, ``settings``, ``validation``.
+    Versions published before carry-over have no ``status``: every shard computed. Raises
+    ``RunNotFoundError`` if nothing is published or the version is missing.
     """
     published_dir = Path(published_dir)
     name = run_id or current_or_raise(published_dir)
@@ -107,8 +109,8 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
     """Every complete published version, oldest snapshot first (then by run id).
 
     One dict per version: ``run_id, snapshot_date, generated_at, shard_count, rows, users,
-    is_current``. Staging folders and folders without a manifest are not versions. An absent
-    ``published_dir`` yields ``[]``.
+    carried_over`` (``[{shard_id, carried_from}]``), ``is_current``. Staging folders and
+    folders without a manifest are not versions. An absent ``published_dir`` yields ``[]``.
     """
     published_dir = Path(published_dir)
     if not published_dir.is_dir():
@@ -130,6 +132,11 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
                 "shard_count": manifest.get("shard_count"),
                 "rows": manifest.get("rows"),
                 "users": manifest.get("users"),
+                "carried_over": [
+                    {"shard_id": entry.get("shard_id"), "carried_from": entry.get("carried_from")}
+                    for entry in manifest.get("shards", [])
+                    if entry.get("status") == "carried_over"
+                ],
                 "is_current": folder.name == current,
             }
         )

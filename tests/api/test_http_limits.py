@@ -76,6 +76,20 @@ def _response(sock: socket.socket, timeout: float = 5.0) -> bytes:
     return b"".join(chunks)
 
 
+def _not_stalled(server, attack, attempts: int = 3):
+    """Run ``attack`` until the probe is not delayed 100 ms more than just before it (at most
+    ``attempts`` times; returns the last result). A shared machine can stall any process for a
+    moment, once; the stall this guards against (a 30 MiB header took 1-4 s of the event loop)
+    happens on every attempt."""
+    seen = []
+    for _ in range(attempts):
+        before, during, result = _probe_during(server, attack)
+        seen.append((round(before, 3), round(during, 3)))
+        if during < before + 0.1:
+            return result
+    raise AssertionError(f"the probe was delayed on every attempt: (before, during) = {seen}")
+
+
 def _probe_during(server, attack) -> tuple[float, float, object]:
     """(worst probe latency before the attack, during it, the attack's result)."""
     probe = Probe(server.base)
@@ -109,8 +123,7 @@ def test_a_30_mib_header_is_refused_without_stalling_others(server):
                 pass
             return sent, _response(sock, timeout=2)
 
-    before, during, (sent, answer) = _probe_during(server, attack)
-    assert during < before + 0.1, (before, during)
+    sent, answer = _not_stalled(server, attack)
     assert sent < 30 * 1024 * 1024  # cut off
     if answer:  # the 431 may be lost to the reset of a connection closed mid-upload
         assert answer.startswith(b"HTTP/1.1 431 ")
@@ -141,8 +154,7 @@ def test_slow_header_clients_are_cut_off_without_stalling_others(server):
             sock.close()
         return closed_at, answers
 
-    before, during, (closed_at, answers) = _probe_during(server, attack)
-    assert during < before + 0.1, (before, during)
+    closed_at, answers = _not_stalled(server, attack)
     assert len(closed_at) == 50  # every one of them, within the trickle (~9 s)
     assert max(closed_at.values()) < 3.0
     statuses = {answer.split(b"\r\n", 1)[0] for answer in answers if answer}

@@ -113,6 +113,23 @@ def test_snapshot_and_published_table_are_assets(dag):
     assert outlets["publish_run"] == [PUBLISHED_ASSET_URI]
 
 
+def test_lineage_runs_from_the_ingested_live_store_to_the_published_table(dagbag):
+    """The ingest DAG's outlet is freeze_snapshot's inlet, the snapshot publish_run's inlet:
+    Airflow's asset graph links ingest → live store → nightly → snapshot → published. The
+    nightly DAG keeps its cron schedule (the ingest DAG updates the store every 5 minutes)."""
+    from recs.assets import LIVE_STORE_ASSET_URI, NIGHTLY_DAG_ID, SNAPSHOT_ASSET_URI
+
+    nightly, ingest = dagbag.dags[NIGHTLY_DAG_ID], dagbag.dags["recs_ingest_events"]
+
+    def uris(assets) -> list[str]:
+        return [getattr(asset, "uri", None) for asset in assets]
+
+    assert uris(ingest.get_task("ingest_event_files").outlets) == [LIVE_STORE_ASSET_URI]
+    assert uris(nightly.get_task("freeze_snapshot").inlets) == [LIVE_STORE_ASSET_URI]
+    assert uris(nightly.get_task("publish_run").inlets) == [SNAPSHOT_ASSET_URI]
+    assert nightly.timetable.expression == "0 0 * * *"
+
+
 def _dag_module():
     import importlib.util
 

@@ -120,3 +120,63 @@ def test_every_reason_column_accepts_exactly_the_contracts_exclusion_reasons():
     assert set(found) >= {"int_exclusions_unioned", "follow_exclusions"}
     for name, values in found.items():
         assert tuple(values) == EXCLUSION_REASONS, name
+
+
+def test_docs_describe_everything_and_lineage_runs_from_the_snapshot_to_both_exposures(tmp_path):
+    """What `make test` runs after `dbt parse`: `dbt docs generate` (here with an empty catalog,
+    in tmp). Its target/manifest.json: every model, source table, exposure and each of their
+    columns has a description; walking `depends_on` up from each exposure reaches staging
+    models and, through them, the snapshot's follow edges and users,
+    and the two together every snapshot table (the lineage dbt docs draws)."""
+    import json
+
+    from dbt.cli.main import dbtRunner
+
+    project = str(dbt_project_dir())
+    target = tmp_path / "target"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()  # docs generate opens the (empty) warehouse
+    outcome = dbtRunner().invoke([
+        "docs", "generate", "--empty-catalog", "--project-dir", project, "--profiles-dir", project,
+        "--target-path", str(target), "--log-path", str(tmp_path / "logs"),
+        "--vars", json.dumps({"run_dir": str(run_dir), "snapshot_date": "2026-11-01"}), "--quiet",
+    ])  # fmt: skip
+    release_duckdb()
+    assert outcome.success, outcome.exception
+    assert (target / "index.html").is_file() and (target / "catalog.json").is_file()
+    manifest = json.loads((target / "manifest.json").read_text())
+
+    models = {k: v for k, v in manifest["nodes"].items() if v["resource_type"] == "model"}
+    sources, exposures = manifest["sources"], manifest["exposures"]
+    assert len(models) >= 15 and len(sources) >= 6
+    assert {e["name"] for e in exposures.values()} == {"two_hop_traversal", "read_api"}
+    for unique_id, node in {**models, **sources, **exposures}.items():
+        assert node["description"].strip(), f"{unique_id} has no description"
+        for column in node.get("columns", {}).values():
+            assert column["description"].strip(), f"{unique_id}.{column['name']}"
+    for unique_id, node in models.items():
+        assert node["columns"], f"{unique_id} documents no column"
+    assert all(source["source_name"] == "snapshot" for source in sources.values())
+
+    parents = {**{k: v["depends_on"]["nodes"] for k, v in models.items()},
+               **{k: v["depends_on"]["nodes"] for k, v in exposures.items()}}  # fmt: skip
+
+    def upstream(unique_id: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [unique_id]
+        while stack:
+            for parent in parents.get(stack.pop(), []):
+                if parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        return seen
+
+    covered: set[str] = set()
+    for unique_id, exposure in exposures.items():
+        reached = upstream(unique_id)
+        covered |= reached
+        for table in ("follow_edges", "users"):
+            assert f"source.recs.snapshot.{table}" in reached, (exposure["name"], table)
+        assert any(node.startswith("model.recs.stg_") for node in reached), exposure["name"]
+        assert all(n.startswith(("model.", "source.")) for n in reached), exposure["name"]
+    assert set(sources) <= covered, sorted(set(sources) - covered)  # interests: the read API

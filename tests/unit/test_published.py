@@ -215,6 +215,7 @@ def test_list_versions_sees_complete_versions_only(published):
             "shard_count": 2,
             "rows": 8,
             "users": 5,
+            "carried_over": [],
             "is_current": False,
         },
         {
@@ -224,6 +225,7 @@ def test_list_versions_sees_complete_versions_only(published):
             "shard_count": 4,
             "rows": 8,
             "users": 5,
+            "carried_over": [],
             "is_current": True,
         },
     ]

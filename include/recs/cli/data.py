@@ -28,7 +28,7 @@ def load_dataset(
     replace: Replace = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Load a real graph from ../shared/datasets into the live store (fields it lacks generated)."""
+    """Load a bundled real graph (datasets/) into the live store (fields it lacks generated)."""
     from recs.demo.datasets import load_dataset as _load
     from recs.demo.generated import GENERATED_FIELDS
 

@@ -1,8 +1,11 @@
-"""``recs run``, ``recs shard run``, ``recs summary``, ``recs runs``: the nightly run from a shell.
+"""The nightly run from a shell: ``recs run``, ``shard run``, ``validate``, ``publish``,
+``summary``, ``runs`` (and ``runs show``), ``rollback`` and ``gc``.
 
-Every command wraps the same ``recs.nightly.pipeline`` function an Airflow task calls, with the
-same run-scoped paths, so ``recs shard run --snapshot-date D --shard 17`` rewrites exactly the
-bytes the DAG's ``traverse_shard`` task wrote for shard 17 of that run.
+Every command wraps the same ``recs.nightly`` function an Airflow task calls, with the same
+run-scoped paths, so ``recs shard run --snapshot-date D --shard 17`` rewrites exactly the
+bytes the DAG's ``traverse_shard`` task wrote for shard 17 of that run, and ``recs validate``
+/ ``recs publish`` are the DAG's ``validate_run`` / ``publish_run`` (after a fix, e.g. a shard
+rerun). The gate's outcomes exit with their own codes (``recs.errors``).
 """
 
 from __future__ import annotations
@@ -73,6 +76,16 @@ def run(
         out.print(table)
 
     emit(result, as_json, render)
+    _report_carry_over(result["stages"]["publish_run"]["result"])
+
+
+def _report_carry_over(published: dict) -> None:
+    for item in published.get("carried_over", []):
+        err.print(
+            f"shard {item['shard_id']:03d} failed: its users keep the lists computed in "
+            f"{item['carried_from']} (carried over)",
+            highlight=False,
+        )
 
 
 @shard_app.command("run")
@@ -100,9 +113,107 @@ def summary(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
     emit(paths_doc, as_json, _render_summary)
 
 
-@app.command("runs")
-def runs(as_json: JsonOpt = False) -> None:
-    """Published versions, their shard counts and rows, and which one is current."""
+@app.command("validate")
+def validate(
+    snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Run the gate on an existing run (the DAG's validate_run): exit 3 if the data failed, 4 if
+    the gate itself errored, 5 if there was nothing to validate."""
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
+
+    paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
+    result = pipeline.validate_run(paths)
+    shown = {k: v for k, v in result.items() if k not in ("skipped",)}
+    shown["skipped"] = ", ".join(item["name"] for item in result["skipped"]) or "none"
+    emit(result, as_json, lambda doc: print_mapping(f"gate of {paths.run_id}: passed", shown))
+
+
+@app.command("publish")
+def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonOpt = False) -> None:
+    """Publish a validated run (the DAG's publish_run), e.g. after a fix: failed shards are
+    carried over from the version CURRENT names."""
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
+
+    paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
+    result = pipeline.publish_run(paths)
+    shown = {**result, "carried_over": _carried_text(result["carried_over"])}
+    emit(result, as_json, lambda doc: print_mapping(f"published {paths.run_id}", shown))
+
+
+@app.command("rollback")
+def rollback(
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="Version to serve (default: the one CURRENT replaced when published)."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Point CURRENT back at an earlier complete, validated version, atomically."""
+    from recs.nightly.publish import rollback as _rollback
+
+    result = _rollback(current_settings(), to)
+
+    def render(doc):
+        if doc["changed"]:
+            out.print(f"CURRENT: {doc['run_id']} (was {doc['previous']})", highlight=False)
+        else:
+            out.print(f"CURRENT already names {doc['run_id']}", highlight=False)
+
+    emit(result, as_json, render)
+
+
+@app.command("gc")
+def gc(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
+    today: Annotated[
+        str | None,
+        typer.Option("--today", help="Count ages from this date, YYYY-MM-DD (default: today UTC)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove old runs, snapshots and published versions by the retention settings
+    (RECS_RUN_RETENTION_DAYS, RECS_SNAPSHOT_RETENTION_DAYS, RECS_PUBLISHED_RETENTION_VERSIONS);
+    never CURRENT or its predecessor."""
+    from recs.nightly.retention import collect_garbage
+    from recs.nightly.runs import parse_snapshot_date
+
+    day = parse_snapshot_date(today) if today is not None else None
+    result = collect_garbage(current_settings(), day, dry_run=dry_run)
+
+    def render(doc):
+        verb = "would remove" if doc["dry_run"] else "removed"
+        lines = [
+            f"{verb} {kind}/{name}" for kind, names in doc["removed"].items() for name in names
+        ]
+        for line in lines:
+            out.print(line, highlight=False)
+        kept = ", ".join(f"{k} {v}" for k, v in doc["kept"].items() if v) or "nothing published"
+        err.print(
+            f"{verb} {len(lines)} folder(s), ages counted from {doc['today']}; kept {kept}",
+            highlight=False,
+        )
+
+    emit(result, as_json, render)
+
+
+runs_app = typer.Typer(
+    help="Published versions, their shards (computed or carried over) and which is current.",
+    invoke_without_command=True,
+)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback()
+def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Published versions, their shard counts, rows, carried-over shards, which one is current."""
+    if ctx.invoked_subcommand is not None:
+        return
     from recs.published import list_versions
 
     settings = current_settings()
@@ -117,7 +228,15 @@ def runs(as_json: JsonOpt = False) -> None:
             )
             return
         table = Table(title="published versions")
-        for column in ("current", "run_id", "snapshot_date", "shards", "users", "rows"):
+        for column in (
+            "current",
+            "run_id",
+            "snapshot_date",
+            "shards",
+            "users",
+            "rows",
+            "carried over (from)",
+        ):
             table.add_column(column, overflow="fold")
         for version in doc["versions"]:
             table.add_row(
@@ -127,10 +246,73 @@ def runs(as_json: JsonOpt = False) -> None:
                 str(version.get("shard_count")),
                 f"{version.get('users', 0):,}",
                 f"{version.get('rows', 0):,}",
+                _carried_text(version.get("carried_over", [])),
             )
         out.print(table)
 
     emit({"versions": versions}, as_json, render)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="A published version's run id.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """One published version: its validation and, per shard, computed or carried over (from
+    which run), users and rows."""
+    from recs.nightly import history
+    from recs.nightly.runs import check_run_id
+    from recs.published import check_version, current_version
+
+    published_dir = current_settings().published_dir
+    manifest = check_version(published_dir, check_run_id(run_id))
+    current = current_version(published_dir)
+    document = {
+        **manifest,
+        "is_current": run_id == current,
+        "predecessor": history.predecessor(published_dir, run_id),
+    }
+
+    def render(doc):
+        validation = doc.get("validation", {})
+        print_mapping(
+            f"version {run_id}",
+            {
+                "current": "yes" if doc["is_current"] else f"no (CURRENT: {current})",
+                "snapshot date": doc.get("snapshot_date"),
+                "users": doc.get("users", 0),
+                "rows": doc.get("rows", 0),
+                "validation": "passed" if validation.get("success") else "not passed",
+                "compared with": validation.get("compared_with") or "nothing (skipped)",
+                "rollback target": doc["predecessor"] or "none",
+            },
+        )
+        table = Table(title="shards")
+        for column in ("shard", "status", "computed in", "users", "rows"):
+            table.add_column(column, justify="right" if column in ("users", "rows") else "left")
+        for shard in doc["shards"]:
+            status = shard.get("status", "computed")
+            origin = shard.get("carried_from") if status == "carried_over" else run_id
+            table.add_row(
+                f"{shard['shard_id']:03d}",
+                status.replace("_", " "),
+                origin if isinstance(origin, str) else ", ".join(origin),
+                f"{shard.get('users', 0):,}",
+                f"{shard.get('rows', 0):,}",
+            )
+        out.print(table)
+
+    emit(document, as_json, render)
+
+
+def _carried_text(carried: list[dict]) -> str:
+    """``001 (night_1), 007 (night_1)``; ``-`` when every shard was computed."""
+    parts = []
+    for item in carried:
+        origin = item.get("carried_from")
+        origin = ", ".join(origin) if isinstance(origin, list) else origin
+        parts.append(f"{item['shard_id']:03d} ({origin})")
+    return ", ".join(parts) or "-"
 
 
 def _render_summary(doc: dict) -> None:

@@ -1,4 +1,4 @@
-"""The bundled real follow graphs (``../shared/datasets``): the catalogue, parsing, loading.
+"""The bundled real follow graphs (``datasets/`` in the repository): catalogue, parsing, loading.
 
 ``DATASETS`` lists each file and how to read it (the Twitter files are "followee follower":
 reversed). ``load_dataset`` parses one (``#`` lines skipped, self-loops and duplicate pairs
@@ -84,16 +84,35 @@ def dataset_spec(name: str) -> DatasetSpec:
         ) from None
 
 
+BUNDLED_DATASETS = Path(__file__).resolve().parents[3] / "datasets"
+"""The repository's own ``datasets/`` (the files and their provenance: its README.md)."""
+SHARED_DATASETS = BUNDLED_DATASETS.parents[1] / "shared" / "datasets"
+"""``../shared/datasets`` beside the repository: an optional extra, searched last."""
+
+
+def dataset_folders(settings: Settings) -> list[Path]:
+    """Where dataset files are looked for, in order: ``settings.datasets_dir``
+    (``RECS_DATASETS_DIR``), the bundled ``datasets/``, then ``../shared/datasets``."""
+    folders: list[Path] = []
+    for folder in (Path(settings.datasets_dir), BUNDLED_DATASETS, SHARED_DATASETS):
+        if folder not in folders:
+            folders.append(folder)
+    return folders
+
+
 def dataset_path(name: str, settings: Settings) -> Path:
-    """The file of dataset ``name`` under ``settings.datasets_dir``; ``DatasetError`` if missing."""
+    """The file of dataset ``name`` in the first of ``dataset_folders`` holding it;
+    ``DatasetError`` naming every folder searched if none does."""
     spec = dataset_spec(name)
-    path = Path(settings.datasets_dir) / spec.filename
-    if not path.is_file():
-        raise DatasetError(
-            f"dataset file not found: {path} (set RECS_DATASETS_DIR to the folder holding "
-            f"{spec.filename})"
-        )
-    return path
+    folders = dataset_folders(settings)
+    for folder in folders:
+        path = folder / spec.filename
+        if path.is_file():
+            return path
+    raise DatasetError(
+        f"dataset file {spec.filename} not found in {', '.join(map(str, folders))} (set "
+        f"RECS_DATASETS_DIR to the folder holding it)"
+    )
 
 
 @dataclass(frozen=True)

@@ -386,31 +386,6 @@ def _timestamps(seconds: np.ndarray) -> pl.Series:
     return pl.Series(seconds.astype(np.int64) * MICROS_PER_SECOND).cast(pl.Datetime("us"))
 
 
-def _users_frame(graph: FollowGraph, users: UserAttributes) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "user_id": graph.user_ids,
-            "created_at": _timestamps(users.created_s),
-            "last_active_at": _timestamps(users.last_active_s),
-            "account_status": pl.Series(ACCOUNT_STATUS_CODES).gather(users.status_code),
-            "is_discoverable": users.is_discoverable,
-            "is_private": users.is_private,
-        }
-    )
-
-
-def _follow_frames(graph: FollowGraph, users: UserAttributes, seed: int) -> Iterator[pl.DataFrame]:
-    for index, (src, dst) in enumerate(graph.edge_chunks(EDGE_CHUNK_ROWS)):
-        at = edge_created_s(src, dst, users, rng_for(seed, RandomStream.EDGE_TIMES, index))
-        yield pl.DataFrame(
-            {
-                "follower_id": graph.user_ids[src],
-                "followee_id": graph.user_ids[dst],
-                "created_at": _timestamps(at),
-            }
-        ).with_columns(status=pl.lit("active"))
-
-
 _RELATION_OF = {
     "pending_follows": "follow",
     "blocks": "block",
@@ -420,16 +395,83 @@ _RELATION_OF = {
 """The store relation each generated kind of rows belongs to (``PAIR_TABLES``)."""
 
 
-def _pair_frame(graph: FollowGraph, name: str, rows: PairRows) -> pl.DataFrame:
-    _, left, right, at = PAIR_TABLES[_RELATION_OF[name]]
-    frame = pl.DataFrame(
-        {
-            left: graph.user_ids[rows.left],
-            right: graph.user_ids[rows.right],
-            at: _timestamps(rows.at_s),
-        }
-    )
-    return frame.with_columns(status=pl.lit("pending")) if name == "pending_follows" else frame
+@dataclass(frozen=True)
+class GeneratedFields:
+    """Everything generated for one graph and seed, as frames in the store's shape.
+
+    ``users_frame()`` (one row per graph user), ``follow_frames()`` (the graph's edges as
+    active follows with generated ``created_at``, in ``EDGE_CHUNK_ROWS`` chunks), and
+    ``relationship_frame(name)`` for ``RELATIONSHIPS`` (``pending_follows`` are extra
+    ``follow_edges`` rows with ``status = 'pending'``) and ``interests_frame()``. Used by
+    ``load_graph`` and by ``recs import edges --generate-missing`` (``recs.imports``).
+    """
+
+    graph: FollowGraph
+    users: UserAttributes
+    relationships: dict[str, PairRows]
+    interest_users: np.ndarray
+    interest_tags: np.ndarray
+    seed: int
+
+    @classmethod
+    def for_graph(cls, graph: FollowGraph, seed: int) -> GeneratedFields:
+        """Generate every field of ``GENERATED_FIELDS`` for ``graph`` from ``seed``."""
+        users = generate_user_attributes(graph.n_users, seed)
+        interest_users, interest_tags = generate_interests(graph.n_users, seed)
+        return cls(
+            graph,
+            users,
+            generate_relationships(graph, users, seed),
+            interest_users,
+            interest_tags,
+            seed,
+        )
+
+    def users_frame(self) -> pl.DataFrame:
+        users = self.users
+        return pl.DataFrame(
+            {
+                "user_id": self.graph.user_ids,
+                "created_at": _timestamps(users.created_s),
+                "last_active_at": _timestamps(users.last_active_s),
+                "account_status": pl.Series(ACCOUNT_STATUS_CODES).gather(users.status_code),
+                "is_discoverable": users.is_discoverable,
+                "is_private": users.is_private,
+            }
+        )
+
+    def follow_frames(self) -> Iterator[pl.DataFrame]:
+        graph = self.graph
+        for index, (src, dst) in enumerate(graph.edge_chunks(EDGE_CHUNK_ROWS)):
+            rng = rng_for(self.seed, RandomStream.EDGE_TIMES, index)
+            at = edge_created_s(src, dst, self.users, rng)
+            yield pl.DataFrame(
+                {
+                    "follower_id": graph.user_ids[src],
+                    "followee_id": graph.user_ids[dst],
+                    "created_at": _timestamps(at),
+                }
+            ).with_columns(status=pl.lit("active"))
+
+    def relationship_frame(self, name: str) -> pl.DataFrame:
+        rows = self.relationships[name]
+        _, left, right, at = PAIR_TABLES[_RELATION_OF[name]]
+        frame = pl.DataFrame(
+            {
+                left: self.graph.user_ids[rows.left],
+                right: self.graph.user_ids[rows.right],
+                at: _timestamps(rows.at_s),
+            }
+        )
+        return frame.with_columns(status=pl.lit("pending")) if name == "pending_follows" else frame
+
+    def interests_frame(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "user_id": self.graph.user_ids[self.interest_users],
+                "tag": pl.Series(INTEREST_TAGS).gather(self.interest_tags),
+            }
+        )
 
 
 def load_graph(
@@ -451,31 +493,25 @@ def load_graph(
     """
     t0 = time.perf_counter()
     n = graph.n_users
-    users = generate_user_attributes(n, seed)
-    relationships = generate_relationships(graph, users, seed)
-    interest_users, interest_tags = generate_interests(n, seed)
+    generated = GeneratedFields.for_graph(graph, seed)
+    users, relationships = generated.users, generated.relationships
     generate_seconds = time.perf_counter() - t0
 
     pending = relationships["pending_follows"]
     tables = [
-        TableRows("users", [_users_frame(graph, users)], n),
-        TableRows("follow_edges", _follow_frames(graph, users, seed), graph.n_edges),
+        TableRows("users", [generated.users_frame()], n),
+        TableRows("follow_edges", generated.follow_frames(), graph.n_edges),
         TableRows(
             "follow_edges",
-            [_pair_frame(graph, "pending_follows", pending)],
+            [generated.relationship_frame("pending_follows")],
             len(pending),
             label="follow_edges (pending)",
         ),
     ]
     for name in ("blocks", "mutes", "dismissed_candidates"):
-        frame = _pair_frame(graph, name, relationships[name])
+        frame = generated.relationship_frame(name)
         tables.append(TableRows(name, [frame], frame.height))
-    interests = pl.DataFrame(
-        {
-            "user_id": graph.user_ids[interest_users],
-            "tag": pl.Series(INTEREST_TAGS).gather(interest_tags),
-        }
-    )
+    interests = generated.interests_frame()
     tables.append(TableRows("user_interests", [interests], interests.height))
 
     t1 = time.perf_counter()

@@ -4,9 +4,11 @@ Each ``GateBatch`` (one Polars frame, its expectations, its key columns) gets it
 validation definition and checkpoint on one ephemeral context (pandas datasource, dataframe
 asset, whole-dataframe batch definition): GX 1.x applies one ``batch_parameters`` dict to every
 validation definition of a checkpoint, and an in-memory frame is passed exactly that way, so one
-checkpoint can validate only one frame. The results are merged into one JSON document. Which
-expectations the gate holds: ``recs.nightly.validation``; why pandas batches and how they are
-converted: ``recs/nightly/README.md``.
+checkpoint can validate only one frame. The results are merged into one JSON document, and the
+same context renders them as GX's own HTML Data Docs into ``validation/data_docs/`` (a local
+filesystem site; ``build_data_docs``). Which expectations the gate holds:
+``recs.nightly.validation``; why pandas batches and how they are converted:
+``recs/nightly/README.md``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from recs.files import staging_name
 from recs.nightly.runs import RunPaths
+
+DATA_DOCS_DIR = "data_docs"
+DATA_DOCS_SITE = "recs_gate"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,9 +51,14 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
 
     One ephemeral GX context, analytics and progress bars off. The GX run id is the run's id
     and ``paths.as_of`` (not the wall clock), so the saved document is the same on a rerun.
-    Returns ``{"run_id", "success", "statistics", "checkpoints": [{"name", "batch", "rows",
-    "success", "statistics", "expectations": [{"name", "expectation_type", "kwargs",
-    "success", "result", ["exception_info"]}]}]}``, expectations in suite order.
+    Returns ``{"run_id", "success", "statistics", "data_docs", "checkpoints": [{"name", "batch",
+    "rows", "success", "statistics", ["error"], "expectations": [{"name", "expectation_type",
+    "kwargs", "success", "errored", "result", ["exception", "exception_info"]}]}]}``,
+    expectations in suite order. ``errored`` marks a result GX could not compute (an exception
+    in the result, e.g. a failed metric, which GX reports as ``success: false``); a checkpoint
+    that raised is recorded with its ``error`` and every expectation of its batch errored, and
+    the other batches still run. ``data_docs`` is the path of the Data Docs' ``index.html``
+    (``build_data_docs``), None if they could not be built.
     """
     quiet_gx()
     import great_expectations as gx
@@ -77,13 +92,19 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
                 result_format=result_format,
             )
         )
-        result = checkpoint.run(
-            batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
-        )
-        checkpoints.append(_describe(batch, result))
+        try:
+            result = checkpoint.run(
+                batch_parameters={"dataframe": _to_pandas(batch.frame)}, run_id=run_id
+            )
+        except Exception as error:  # noqa: BLE001 - an engine error is an outcome of its own
+            log.exception("GX checkpoint %s raised", checkpoint.name)
+            checkpoints.append(_describe_raised(batch, checkpoint.name, error))
+        else:
+            checkpoints.append(_describe(batch, result))
 
     evaluated = sum(len(c["expectations"]) for c in checkpoints)
     successful = sum(e["success"] for c in checkpoints for e in c["expectations"])
+    data_docs = build_data_docs(context, paths)
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -93,8 +114,44 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
             "successful_expectations": successful,
             "unsuccessful_expectations": evaluated - successful,
         },
+        "data_docs": str(data_docs) if data_docs else None,
         "checkpoints": checkpoints,
     }
+
+
+def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
+    """Render the context's validation results (this run's checkpoints) as GX Data Docs.
+
+    A local filesystem site (``TupleFilesystemStoreBackend``) is built into a staging folder
+    beside ``paths.validation_dir / DATA_DOCS_DIR`` and swapped in, so a rerun replaces the
+    previous attempt's site whole. Returns the site's ``index.html``; None (logged) if GX could
+    not build it: the docs show the verdict, they are not part of it.
+    """
+    target = paths.validation_dir / DATA_DOCS_DIR
+    staging = paths.validation_dir / staging_name(DATA_DOCS_DIR, ".staging")
+    site = {
+        "class_name": "SiteBuilder",
+        "show_how_to_buttons": False,
+        "store_backend": {
+            "class_name": "TupleFilesystemStoreBackend",
+            "base_directory": str(staging),
+        },
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }
+    try:
+        paths.validation_dir.mkdir(parents=True, exist_ok=True)
+        context.add_data_docs_site(DATA_DOCS_SITE, site)
+        context.build_data_docs(site_names=[DATA_DOCS_SITE])
+        aside = paths.validation_dir / staging_name(DATA_DOCS_DIR, ".old")
+        if target.exists():
+            os.rename(target, aside)
+        os.rename(staging, target)
+        shutil.rmtree(aside, ignore_errors=True)
+    except Exception:  # noqa: BLE001 - docs are a view of the results, never the verdict
+        log.warning("validate %s: GX Data Docs could not be built", paths.run_id, exc_info=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    return target / "index.html"
 
 
 def quiet_gx() -> None:
@@ -124,8 +181,15 @@ def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
         statistics = suite_result.describe_dict()["statistics"]
         for expectation_result in suite_result.results:
             check = expectation_result.expectation_config.meta["check"]
-            by_check[check] = {"name": check, **expectation_result.describe_dict()}
+            described = {"name": check, **expectation_result.describe_dict()}
+            messages = _exception_messages(expectation_result.exception_info)
+            if messages:
+                described["exception"] = messages[0]
+                described["exception_info"] = expectation_result.exception_info
+            by_check[check] = described
     expectations = [by_check[check] for check, _ in batch.expectations]
+    for item in expectations:
+        item["errored"] = "exception" in item
     return {
         "name": result.name,
         "batch": batch.name,
@@ -134,6 +198,40 @@ def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:
         "statistics": statistics,
         "expectations": json.loads(json.dumps(expectations, default=str)),
     }
+
+
+def _describe_raised(batch: GateBatch, name: str, error: Exception) -> dict[str, Any]:
+    """A checkpoint that raised instead of returning a result: every expectation errored."""
+    message = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    return {
+        "name": name,
+        "batch": batch.name,
+        "rows": batch.frame.height,
+        "success": False,
+        "statistics": {},
+        "error": message,
+        "expectations": [
+            {"name": check, "success": False, "errored": True, "exception": message}
+            for check, _ in batch.expectations
+        ],
+    }
+
+
+def _exception_messages(info: Any) -> list[str]:
+    """The messages of the exceptions recorded in a GX result's ``exception_info``: either one
+    ``{raised_exception, exception_message, ...}`` or, for failed metrics, a mapping of metric
+    id to such a record (which ``describe_dict`` leaves out)."""
+    if not isinstance(info, dict):
+        return []
+    if "raised_exception" in info:
+        records = [info]
+    else:
+        records = [value for value in info.values() if isinstance(value, dict)]
+    return [
+        " ".join(str(record.get("exception_message") or "unknown error").split())[:300]
+        for record in records
+        if record.get("raised_exception")
+    ]
 
 
 def _to_pandas(frame: pl.DataFrame):

@@ -1,13 +1,13 @@
 """Who may work on a run right now: a run lock, and a lock per shard.
 
-A stage that writes the run's shared outputs (snapshot, dbt build, graph, gate) holds the run's
-lock exclusively; a shard task holds it shared (the shards of one run run side by side) plus its
-shard's lock exclusively. Both are ``flock``s on files inside the run folder, taken without
-waiting: a second process that wants a lock someone holds is refused at once with
-``RunInProgressError`` ("run … is in progress"), before it writes anything. A process that
-already holds a lock (``recs run`` holds the run's exclusively for the whole run) takes the
-inner ones for free. The kernel drops the locks of a process that dies, so a killed run never
-leaves a stale lock behind.
+A stage that writes the run's shared outputs (snapshot, dbt build, graph, gate) holds the run's lock
+exclusively; a shard task holds it shared (the shards of one run run side by side) plus its shard's
+lock exclusively. Both are ``flock``s on files in the run folder (``.lock``, ``.locks/``), taken
+without waiting: a second process that wants a lock someone holds is refused at once with
+``RunInProgressError`` ("run … is in progress"), before it writes anything. A process that already
+holds a lock (``recs run`` holds the run's exclusively for the whole run) takes the inner ones for
+free. The kernel drops the locks of a process that dies, so a killed run never leaves a stale lock
+behind.
 """
 
 from __future__ import annotations
@@ -39,8 +39,24 @@ def shard_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
     """Hold the run's lock shared and shard ``shard_id``'s exclusively for the block."""
     what = f"shard {shard_id:03d} of run {paths.run_id} of {paths.snapshot_date}"
     with run_lock(paths, shared=True):
-        with _flock(paths.shards_dir / f".shard_id={shard_id:03d}.lock", False, what):
+        with _flock(paths.run_dir / ".locks" / f"shard_id={shard_id:03d}.lock", False, what):
             yield
+
+
+def in_progress(run_dir: Path) -> bool:
+    """Whether some process holds the lock of the run in ``run_dir`` now (without creating the
+    lock file, so asking changes nothing; ``recs gc`` leaves such a run alone)."""
+    try:
+        descriptor = os.open(Path(run_dir) / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # also releases the lock if we got it
+    return False
 
 
 @contextmanager

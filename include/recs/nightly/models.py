@@ -40,6 +40,7 @@ SNAPSHOT_FILES = (
 # Exports written as hive-partitioned directories (shard_id=N/*.parquet); the rest are one file.
 PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
 _FAILED_STATUSES = {"error", "fail", "runtime error"}
+DOCS_TARGET = "docs"  # dbt docs generate's target folder under <run_dir>/dbt/
 
 
 def dbt_project_dir() -> Path:
@@ -77,12 +78,14 @@ def dbt_vars(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     }
 
 
-def dbt_args(command: str, paths: RunPaths, settings: Settings, *extra: str) -> list[str]:
+def dbt_args(
+    command: str, paths: RunPaths, settings: Settings, *extra: str, target: str = "target"
+) -> list[str]:
     """Command-line arguments of a dbt command on this run (for ``dbtRunner().invoke``).
 
     ``command`` is dbt's sub-command, e.g. ``"build"`` or ``"docs generate"``. The project and
-    profile come from ``dbt_project_dir()``; target and logs go under ``<run_dir>/dbt/``.
-    After an in-process invocation, call ``release_duckdb()``.
+    profile come from ``dbt_project_dir()``; the target folder (``<run_dir>/dbt/<target>``) and
+    logs go under ``<run_dir>/dbt/``. After an in-process invocation, call ``release_duckdb()``.
     """
     project_dir = dbt_project_dir()
     dbt_dir = paths.run_dir / "dbt"
@@ -90,7 +93,7 @@ def dbt_args(command: str, paths: RunPaths, settings: Settings, *extra: str) -> 
         *command.split(),
         "--project-dir", str(project_dir),
         "--profiles-dir", str(project_dir),
-        "--target-path", str(dbt_dir / "target"),
+        "--target-path", str(dbt_dir / target),
         "--log-path", str(dbt_dir / "logs"),
         "--vars", json.dumps(dbt_vars(paths, settings), sort_keys=True),
         "--no-send-anonymous-usage-stats",
@@ -154,6 +157,44 @@ def build_models(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         summary["tests_warned"], rows,
     )  # fmt: skip
     return summary
+
+
+def generate_docs(paths: RunPaths, settings: Settings) -> dict[str, Any]:
+    """``dbt docs generate --static`` for one built run: its lineage and catalog as one page.
+
+    Writes ``<run_dir>/dbt/docs/`` (``DOCS_TARGET``: ``static_index.html``, self-contained,
+    plus ``index.html``, ``manifest.json`` and ``catalog.json`` for ``dbt docs serve``), never
+    the build's ``dbt/target/`` (whose ``run_results.json`` the run report reads). The catalog
+    is read from the run's DuckDB file, so the run must have been built. Returns ``{"docs_dir",
+    "static_index", "seconds"}``. Raises ``RunNotFoundError`` if the warehouse is missing,
+    ``ModelsBuildError`` if dbt fails.
+    """
+    from dbt.cli.main import dbtRunner
+
+    started = time.perf_counter()
+    if not paths.warehouse.is_file():
+        raise RunNotFoundError(
+            f"run {paths.run_id} ({paths.snapshot_date}) has no warehouse at {paths.warehouse}: "
+            "build_models has not run, so there is no catalog to document"
+        )
+    docs_dir = paths.run_dir / "dbt" / DOCS_TARGET
+    if docs_dir.exists():
+        shutil.rmtree(docs_dir)
+    try:
+        outcome = dbtRunner().invoke(
+            dbt_args("docs generate", paths, settings, "--static", "--quiet", target=DOCS_TARGET)
+        )
+    finally:
+        release_duckdb()
+    static_index = docs_dir / "static_index.html"
+    if not outcome.success or not static_index.is_file():
+        detail = " ".join(str(outcome.exception or "no static_index.html written").split())
+        raise ModelsBuildError(f"dbt docs generate of run {paths.run_id} failed: {detail}")
+    return {
+        "docs_dir": str(docs_dir),
+        "static_index": str(static_index),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def release_duckdb() -> None:

@@ -10,11 +10,18 @@ rerun, and returns a small JSON-able dict (paths, counts, seconds) fit for XCom.
 The settings a run uses are frozen into its snapshot manifest by ``freeze_snapshot``; later
 stages read them back with ``run_settings`` so a retry, a single-shard rerun from the CLI or a
 backfill computes with exactly the caps, weights and shard count the run started with.
+
+A shard that fails does not stop the night: ``run_all`` (like the DAG, after its retries) goes
+on to the gate, which validates the shards that were computed, and the publish carries the
+failed ones over from the version being replaced (``recs.nightly.carryover``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,10 @@ from recs.config import Settings, get_settings
 from recs.files import read_json
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
+
+log = logging.getLogger(__name__)
+
+_SHARD_DIR = re.compile(r"shard_id=(\d+)")
 
 
 def run_settings(paths: RunPaths) -> Settings:
@@ -56,6 +67,16 @@ def build_models(paths: RunPaths) -> dict[str, Any]:
         return _build(paths, run_settings(paths))
 
 
+def dbt_docs(paths: RunPaths) -> dict[str, Any]:
+    """dbt's docs (lineage, catalog) of a built run into ``<run_dir>/dbt/docs/``
+    (``recs.nightly.models.generate_docs``), under the run's lock: the catalog opens the
+    run's DuckDB file, which no stage may be writing meanwhile."""
+    from recs.nightly.models import generate_docs
+
+    with run_lock(paths):
+        return generate_docs(paths, run_settings(paths))
+
+
 def build_graph(paths: RunPaths) -> dict[str, Any]:
     """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
     from recs.traversal.graph import build_graph as _build
@@ -65,31 +86,54 @@ def build_graph(paths: RunPaths) -> dict[str, Any]:
 
 
 def plan_shards(paths: RunPaths) -> list[int]:
-    """The shard ids of this run, ``0 .. shard_count-1`` as planned by the snapshot; output
-    folders of shards outside the plan (a rerun with fewer shards) are removed."""
-    import shutil
+    """The shard ids of this run: ``0 .. shard_count-1`` as frozen in the snapshot.
 
+    Also makes the plan the truth on disk (``reset_shards``), so a rerun with fewer shards
+    does not leave the old ones for the gate and the publish to find.
+    """
     shard_count = run_settings(paths).shard_count
     with run_lock(paths):
-        for folder in paths.shards_dir.glob("shard_id=*"):
-            number = folder.name.removeprefix("shard_id=")
-            if not (number.isdigit() and int(number) < shard_count):
-                shutil.rmtree(folder, ignore_errors=True)
+        reset_shards(paths, shard_count)
     return list(range(shard_count))
 
 
+def reset_shards(paths: RunPaths, shard_count: int) -> list[str]:
+    """Remove ``shards/shard_id=NNN/`` folders with NNN >= ``shard_count`` (left by a plan with
+    more shards) and the manifests of the planned shards (so a shard counts as computed only
+    once this plan's traversal has written it: it writes the manifest last). Returns the
+    removed folder names. Published versions are unaffected: they hold hard links or copies.
+    """
+    removed = []
+    for folder in sorted(paths.shards_dir.glob("shard_id=*")):
+        match = _SHARD_DIR.fullmatch(folder.name)
+        if match and int(match.group(1)) >= shard_count and folder.is_dir():
+            shutil.rmtree(folder)
+            removed.append(folder.name)
+    for shard_id in range(shard_count):
+        paths.shard_manifest(shard_id).unlink(missing_ok=True)
+    if removed:
+        log.info("plan %s: removed shard folders outside the plan: %s", paths.run_id, removed)
+    return removed
+
+
 def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
-    """Capped two-hop traversal, pruning, scoring and top-k for one shard's eligible users."""
+    """Capped two-hop traversal, pruning, scoring and top-k for one shard's eligible users.
+
+    The shard's manifest is removed first: an attempt that fails leaves the shard *failed*
+    (no manifest), never looking computed from an earlier attempt's files.
+    """
     from recs.traversal import traverse_shard as _traverse
 
     settings = run_settings(paths)
     check_shard(shard_id, settings.shard_count)
     with shard_lock(paths, shard_id):
+        paths.shard_manifest(shard_id).unlink(missing_ok=True)
         return _traverse(paths, settings, shard_id)
 
 
 def validate_run(paths: RunPaths) -> dict[str, Any]:
-    """The Great Expectations gate; raises ``ValidationFailedError`` if any check fails."""
+    """The Great Expectations gate over the computed shards; raises ``ValidationFailedError``
+    (the data), ``ValidationEngineError`` (the gate itself) or ``NothingToValidateError``."""
     from recs.nightly.validation import validate_run as _validate
 
     with run_lock(paths):
@@ -97,7 +141,7 @@ def validate_run(paths: RunPaths) -> dict[str, Any]:
 
 
 def publish_run(paths: RunPaths) -> dict[str, Any]:
-    """Write ``published/<run_id>/`` and atomically point ``CURRENT`` at it."""
+    """Write ``published/<run_id>/`` (failed shards carried over) and point ``CURRENT`` at it."""
     from recs.nightly.publish import publish_run as _publish
 
     with run_lock(paths):
@@ -117,10 +161,13 @@ def run_all(
     the run's lock throughout (a second ``run_all`` of the run id is refused at once:
     ``RunInProgressError``).
 
-    ``progress``, if given, is called as ``progress(stage_name)`` before each stage;
-    ``rebuild_snapshot`` as ``freeze_snapshot``'s ``rebuild``.
-    Returns ``{"run_id", "snapshot_date", "stages": {name: {"seconds", "result"}}, "seconds"}``.
-    Raises whatever the failing stage raises; nothing is published unless validation passed.
+    ``progress``, if given, is called as ``progress(stage_name)`` before each stage and
+    ``progress("traverse_shard NNN failed: …")`` after a shard that raised; ``rebuild_snapshot`` as
+    ``freeze_snapshot``'s ``rebuild``. A shard that raises is tried once (no retries here) and
+    recorded, and the run goes on: the gate validates the computed shards and the publish carries
+    the failed ones over. Returns ``{"run_id", "snapshot_date", "stages": {name: {"seconds",
+    "result"}}, "failed_shards": [{"shard_id", "error"}], "seconds"}``. Raises whatever any other
+    stage raises; nothing is published unless validation passed.
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
     with run_lock(paths):
@@ -144,14 +191,22 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
     timed("build_graph", build_graph, paths)
     shard_ids = timed("plan_shards", plan_shards, paths)
     shard_results = []
+    failed: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for shard_id in shard_ids:
         if progress is not None:
             progress(f"traverse_shard {shard_id:03d}")
-        shard_results.append(traverse_shard(paths, shard_id))
+        try:
+            shard_results.append(traverse_shard(paths, shard_id))
+        except Exception as error:  # noqa: BLE001 - a failed shard is carried over, not fatal
+            message = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            log.warning("run %s: shard %03d failed: %s", paths.run_id, shard_id, message)
+            failed.append({"shard_id": shard_id, "error": message})
+            if progress is not None:
+                progress(f"traverse_shard {shard_id:03d} failed: {message}")
     stages["traverse_shard"] = {
         "seconds": round(time.perf_counter() - t0, 3),
-        "result": {"shards": len(shard_results)},
+        "result": {"shards": len(shard_results), "failed": [f["shard_id"] for f in failed]},
     }
     timed("validate_run", validate_run, paths)
     timed("publish_run", publish_run, paths)
@@ -159,5 +214,6 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
         "stages": stages,
+        "failed_shards": failed,
         "seconds": round(time.perf_counter() - started, 3),
     }

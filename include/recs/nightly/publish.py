@@ -2,13 +2,13 @@
 
 ``publish_run`` (the last stage of the nightly run):
 
-1. Refuses (``ValidationFailedError``) unless ``validation/summary.json`` of this run says
-   success, and every shard file still has the sha256 the gate validated (a shard rerun after
-   validation needs a new validation).
-2. Builds the version in a hidden staging folder ``published/.<run_id>.staging``:
-   each ``shard_id=NNN/recommendations.parquet`` hard-linked from the run (copied when the run
-   is on another filesystem), the ``popularity_index`` and ``candidate_profiles`` exports, and
-   ``manifest.json`` last; everything fsynced.
+1. Refuses unless ``validation/summary.json`` of this run says ``passed`` (raising the class of
+   the gate's outcome), and every computed shard file still has the sha256 the gate validated.
+2. Builds the version in a hidden staging folder ``published/.<run_id>.staging``: each computed
+   ``shard_id=NNN/recommendations.parquet`` hard-linked from the run (copied across
+   filesystems); each failed shard *carried over* from the version ``CURRENT`` names
+   (``recs.nightly.carryover``; ``CarryOverError`` if there is none); the ``popularity_index``
+   and ``candidate_profiles`` exports; ``manifest.json`` last; everything fsynced.
 3. Renames the staging folder to ``published/<run_id>/``. A rerun of the same run that
    produced identical files keeps the existing folder untouched; otherwise the new folder
    replaces only that run's folder, by an atomic exchange of the two folders (Linux
@@ -17,10 +17,12 @@
    (``recs.files.atomic_write``) -- unless the current version has a later snapshot date: a
    backfill of an older date is published but does not replace tonight's list.
 
-Previous versions stay; ``set_current`` points ``CURRENT`` back at one of them (rollback) after
-checking it is complete. Publishers are serialised by an ``flock`` on ``published/.lock``. The
-manifest's bytes depend only on the run, so a rerun is byte-identical. Why hard links oblige
-shard writers to replace files, never rewrite them: ``recs/nightly/README.md``.
+Previous versions stay; ``rollback`` and ``set_current`` point ``CURRENT`` back at one of them
+after checking it is complete and validated. Publishers, rollbacks and ``recs gc`` are
+serialised by an ``flock`` on ``published/.lock`` (``publisher_lock``); each change of
+``CURRENT`` is appended to ``recs.nightly.history``. The manifest's bytes depend only on the run
+(and the carried rows), so a rerun is byte-identical. Why hard links oblige shard writers to
+replace files, never rewrite them: ``recs/nightly/README.md``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,24 @@ from pathlib import Path
 from typing import Any
 
 from recs.config import Settings
-from recs.errors import RunNotFoundError, ValidationFailedError
+from recs.errors import (
+    CarryOverError,
+    NothingToValidateError,
+    RecsError,
+    RunNotFoundError,
+    ValidationEngineError,
+    ValidationFailedError,
+)
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
+from recs.nightly import history
+from recs.nightly.carryover import (
+    CARRIED_OVER,
+    COMPUTED,
+    carried_from,
+    carried_rows,
+    write_shard_file,
+)
+from recs.nightly.gate_inputs import eligible_users
 from recs.nightly.runs import RunPaths, check_run_id
 from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
@@ -46,6 +64,7 @@ from recs.published import (
     MANIFEST_FILE,
     RECOMMENDATIONS_FILE,
     check_version,
+    current_or_raise,
     current_version,
     version_manifest,
 )
@@ -69,6 +88,13 @@ MANIFEST_SETTINGS = (
     "sample_seed",
 )
 
+# The error a publish refuses with, by the outcome the gate saved (its own exit code each).
+REFUSALS: dict[str, type[RecsError]] = {
+    "failed": ValidationFailedError,
+    "errored": ValidationEngineError,
+    "nothing_to_validate": NothingToValidateError,
+}
+
 log = logging.getLogger(__name__)
 
 
@@ -76,28 +102,31 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     """Publish the validated run as ``published/<run_id>/`` and point ``CURRENT`` at it
     (module docstring: steps, atomicity, the later-snapshot rule).
 
-    Returns ``{"run_id", "version_dir", "rows", "users", "shard_count", "previous",
-    "current", "replaced"}``: ``previous`` is the version ``CURRENT`` named before (None if
-    none), ``current`` whether ``CURRENT`` now names this run (False only when the previous
-    version's snapshot date is later than this run's), ``replaced`` is ``"new"``,
-    ``"unchanged"`` (a rerun with identical files) or ``"replaced"`` (a rerun with different
-    files).
+    Returns ``{"run_id", "version_dir", "rows", "users", "shard_count", "carried_over",
+    "previous", "current", "replaced"}``: ``carried_over`` the ``[{"shard_id",
+    "carried_from"}]`` taken from the previous version, ``previous`` the version ``CURRENT``
+    named before (None if none), ``current`` whether ``CURRENT`` now names this run (False only
+    when the previous version's snapshot date is later than this run's), ``replaced`` is
+    ``"new"``, ``"unchanged"`` (a rerun with identical files) or ``"replaced"`` (a rerun with
+    different files).
 
-    Raises ``ValidationFailedError`` if the run has not passed the gate (no summary, a failed
-    summary, a summary of another run, or a shard file changed since validation), and
-    ``RunNotFoundError`` if an export to publish is missing. On any error ``CURRENT`` and every
-    existing version are left as they were.
+    Raises, with ``CURRENT`` and every existing version left as they were:
+    ``ValidationFailedError`` if the run has not been validated, its summary is another run's,
+    the data failed, or a shard file changed since validation; ``ValidationEngineError`` /
+    ``NothingToValidateError`` if that was the gate's outcome; ``CarryOverError`` if shards
+    failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
+    if an export to publish is missing.
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
     published_dir.mkdir(parents=True, exist_ok=True)
     run_id = paths.run_id
 
-    with _publisher_lock(published_dir):
+    with publisher_lock(published_dir):
         previous = current_version(published_dir)
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
         try:
-            manifest = _stage_version(paths, settings, summary, staging)
+            manifest = _stage_version(paths, settings, summary, staging, previous)
             replaced = _move_into_place(staging, published_dir / run_id)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -113,6 +142,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 newer,
                 paths.snapshot_date.isoformat(),
             )
+        history.record(published_dir, "publish", run_id, previous, current=newer is None)
 
     return {
         "run_id": run_id,
@@ -120,6 +150,11 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "rows": manifest["rows"],
         "users": manifest["users"],
         "shard_count": manifest["shard_count"],
+        "carried_over": [
+            {"shard_id": entry["shard_id"], "carried_from": entry["carried_from"]}
+            for entry in manifest["shards"]
+            if entry["status"] == CARRIED_OVER
+        ],
         "previous": previous,
         "current": current_version(published_dir) == run_id,
         "replaced": replaced,
@@ -127,23 +162,70 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
 
 def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[str, Any]:
-    """Point ``CURRENT`` at an existing, complete version (rollback or roll forward).
+    """Point ``CURRENT`` at an existing, complete, validated version (roll forward or back).
 
     ``home_or_settings`` is a ``Settings`` or a ``RECS_HOME`` folder (versions live in its
     ``published/``). Returns ``{"run_id", "previous"}``. Raises ``RunNotFoundError`` if the
-    version does not exist or is incomplete (a listed file missing or of the wrong size).
+    version does not exist, is incomplete (a listed file missing or of the wrong size) or did
+    not pass validation; ``InvalidRunIdError`` for a malformed run id.
     """
-    if isinstance(home_or_settings, Settings):
-        published_dir = Path(home_or_settings.published_dir)
-    else:
-        published_dir = Path(home_or_settings) / "published"
+    published_dir = _published_dir(home_or_settings)
     run_id = check_run_id(run_id)
-    check_version(published_dir, run_id)
-    with _publisher_lock(published_dir):
-        check_version(published_dir, run_id)  # again, now that no publisher can interfere
+    check_servable(published_dir, run_id)
+    with publisher_lock(published_dir):
+        check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir)
         _write_current(published_dir, run_id)
+        history.record(published_dir, "set_current", run_id, previous, current=True)
     return {"run_id": run_id, "previous": previous}
+
+
+def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> dict[str, Any]:
+    """Point ``CURRENT`` back at version ``to``, by default at the version before it
+    (``recs.nightly.history.predecessor``: the one ``CURRENT``'s version replaced when it was
+    published), in one atomic replace under the publisher lock.
+
+    Returns ``{"run_id", "previous", "changed"}`` (``changed`` False when ``to`` is already
+    current). Raises ``RunNotFoundError`` (one line) if nothing is published, there is no
+    version before ``CURRENT``, or the target is unknown, incomplete or not validated;
+    ``InvalidRunIdError`` for a malformed ``to``. ``CURRENT`` is unchanged on any error.
+    """
+    published_dir = _published_dir(home_or_settings)
+    if to is not None:
+        check_run_id(to)
+    with publisher_lock(published_dir):
+        current = current_or_raise(published_dir)
+        target = to if to is not None else history.predecessor(published_dir, current)
+        if target is None:
+            raise RunNotFoundError(
+                f"cannot roll back: no version was published before {current} "
+                "(name one with --to RUN_ID; `recs runs` lists them)"
+            )
+        try:
+            check_servable(published_dir, target)
+        except RunNotFoundError as error:
+            raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
+        if target != current:
+            _write_current(published_dir, target)
+            history.record(published_dir, "rollback", target, current, current=True)
+    return {"run_id": target, "previous": current, "changed": target != current}
+
+
+def check_servable(published_dir: Path, run_id: str) -> dict[str, Any]:
+    """The manifest of version ``run_id`` if it is complete (``recs.published.check_version``)
+    and records a passed validation; ``RunNotFoundError`` naming what is wrong otherwise."""
+    manifest = check_version(published_dir, run_id)
+    if (manifest.get("validation") or {}).get("success") is not True:
+        raise RunNotFoundError(
+            f"published version {run_id!r} is invalid: its manifest records no passed validation"
+        )
+    return manifest
+
+
+def _published_dir(home_or_settings: Path | str | Settings) -> Path:
+    if isinstance(home_or_settings, Settings):
+        return Path(home_or_settings.published_dir)
+    return Path(home_or_settings) / "published"
 
 
 def _newer_snapshot(published_dir: Path, current: str | None, snapshot_date: str) -> str | None:
@@ -158,7 +240,7 @@ def _newer_snapshot(published_dir: Path, current: str | None, snapshot_date: str
 
 
 def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
-    """The gate's summary of this run; raise ``ValidationFailedError`` unless it passed."""
+    """The gate's summary of this run; raise unless it passed (the class of its outcome)."""
     summary_path = paths.validation_dir / SUMMARY_FILE
     try:
         summary = read_json(summary_path)
@@ -172,32 +254,68 @@ def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             f"refusing to publish run {paths.run_id}: {summary_path} is for run "
             f"{summary.get('run_id')!r}"
         )
-    if summary.get("success") is not True:
-        failed = ", ".join(summary.get("failed") or []) or "unknown"
-        raise ValidationFailedError(
-            f"refusing to publish run {paths.run_id}: validation failed ({failed})"
+    outcome = summary.get("outcome", "passed" if summary.get("success") is True else "failed")
+    if outcome != "passed" or summary.get("success") is not True:
+        reason = ", ".join(summary.get("failed") or []) or summary.get("error") or "unknown"
+        refusal = REFUSALS.get(outcome, ValidationFailedError)
+        raise refusal(
+            f"refusing to publish run {paths.run_id}: validation "
+            f"{outcome.replace('_', ' ')} ({reason})"
         )
-    validated = {item["shard_id"]: item for item in summary.get("shards", [])}
-    if sorted(validated) != list(range(settings.shard_count)):
+    planned = sorted(item["shard_id"] for item in summary.get("shards", []))
+    if planned != list(range(settings.shard_count)):
         raise ValidationFailedError(
             f"refusing to publish run {paths.run_id}: the validated shards "
-            f"{sorted(validated)} are not 0..{settings.shard_count - 1}"
+            f"{planned} are not 0..{settings.shard_count - 1}"
         )
     return summary
 
 
 def _stage_version(
-    paths: RunPaths, settings: Settings, summary: dict[str, Any], staging: Path
+    paths: RunPaths,
+    settings: Settings,
+    summary: dict[str, Any],
+    staging: Path,
+    previous: str | None,
 ) -> dict[str, Any]:
     """Write the whole version into ``staging``; return its manifest (written last)."""
     validated = {item["shard_id"]: item for item in summary["shards"]}
+    failed = [
+        i for i, item in sorted(validated.items()) if item.get("status", COMPUTED) != COMPUTED
+    ]
+    for shard_id in failed:
+        if paths.shard_manifest(shard_id).is_file():
+            raise ValidationFailedError(
+                f"refusing to publish run {paths.run_id}: shard {shard_id} had failed when the "
+                "run was validated and has been computed since; run validate_run again"
+            )
+    source = _carry_over_source(paths, settings, failed, previous)
+    eligible = eligible_users(paths.exports_dir).get_column("user_id") if failed else None
     shards = []
     for shard_id in range(settings.shard_count):
         relative = f"shard_id={shard_id:03d}/{RECOMMENDATIONS_FILE}"
         target = staging / relative
-        link_or_copy(paths.shard_output(shard_id), target, sync=True)
+        if shard_id in failed:
+            rows = carried_rows(
+                settings.published_dir, source, shard_id, settings.shard_count, eligible
+            )
+            write_shard_file(rows, target)
+            entry = {
+                "status": CARRIED_OVER,
+                "carried_from": carried_from(source, shard_id, settings.shard_count, rows),
+                "rows": rows.height,
+                "users": rows.get_column("user_id").n_unique(),
+            }
+        else:
+            link_or_copy(paths.shard_output(shard_id), target, sync=True)
+            entry = {
+                "status": COMPUTED,
+                "carried_from": None,
+                "rows": validated[shard_id]["rows"],
+                "users": validated[shard_id]["users"],
+            }
         digest = sha256_file(target)
-        if digest != validated[shard_id]["sha256"]:
+        if entry["status"] == COMPUTED and digest != validated[shard_id]["sha256"]:
             raise ValidationFailedError(
                 f"refusing to publish run {paths.run_id}: shard {shard_id} changed since it "
                 "was validated; run validate_run again"
@@ -206,8 +324,7 @@ def _stage_version(
             {
                 "shard_id": shard_id,
                 "path": relative,
-                "rows": validated[shard_id]["rows"],
-                "users": validated[shard_id]["users"],
+                **entry,
                 "bytes": target.stat().st_size,
                 "sha256": digest,
             }
@@ -215,10 +332,10 @@ def _stage_version(
         fsync_dir(target.parent)
     exports = []
     for name in EXPORT_FILES:
-        source = paths.exports_dir / name
-        if not source.is_file():
-            raise RunNotFoundError(f"cannot publish run {paths.run_id}: missing export {source}")
-        link_or_copy(source, staging / name, sync=True)
+        export = paths.exports_dir / name
+        if not export.is_file():
+            raise RunNotFoundError(f"cannot publish run {paths.run_id}: missing export {export}")
+        link_or_copy(export, staging / name, sync=True)
         exports.append(
             {
                 "path": name,
@@ -233,14 +350,44 @@ def _stage_version(
         "shard_count": settings.shard_count,
         "rows": sum(s["rows"] for s in shards),
         "users": sum(s["users"] for s in shards),
+        "carried_over": failed,
         "shards": shards,
         "exports": exports,
         "settings": {name: getattr(settings, name) for name in MANIFEST_SETTINGS},
-        "validation": {"success": True, "evaluated": summary.get("evaluated")},
+        "validation": {
+            "success": True,
+            "evaluated": summary.get("evaluated"),
+            "skipped": [item["name"] for item in summary.get("skipped", [])],
+            "compared_with": summary.get("compared_with"),
+        },
     }
     write_json(staging / MANIFEST_FILE, manifest)
     fsync_dir(staging)
     return manifest
+
+
+def _carry_over_source(
+    paths: RunPaths, settings: Settings, failed: list[int], previous: str | None
+) -> dict[str, Any] | None:
+    """The manifest of the version to carry ``failed`` shards from (None when none failed);
+    ``CarryOverError`` if ``CURRENT`` names none, or one that is not complete."""
+    if not failed:
+        return None
+    shards = ", ".join(f"{shard_id:03d}" for shard_id in failed)
+    if previous is None:
+        raise CarryOverError(
+            f"cannot publish run {paths.run_id}: shard(s) {shards} failed and nothing is "
+            "published to carry their users' lists over from; rerun them "
+            f"(`recs shard run --snapshot-date {paths.snapshot_date.isoformat()} --shard N`), "
+            "then `recs validate` and `recs publish`"
+        )
+    try:
+        return check_version(settings.published_dir, previous)
+    except RunNotFoundError as error:
+        raise CarryOverError(
+            f"cannot publish run {paths.run_id}: shard(s) {shards} failed and the version "
+            f"CURRENT names cannot be carried from: {error}"
+        ) from None
 
 
 def _move_into_place(staging: Path, target: Path) -> str:
@@ -303,8 +450,8 @@ def _write_current(published_dir: Path, run_id: str) -> None:
 
 
 @contextmanager
-def _publisher_lock(published_dir: Path):
-    """Serialise publishers and rollbacks (readers take no lock)."""
+def publisher_lock(published_dir: Path):
+    """Serialise publishers, rollbacks and ``recs gc`` (readers take no lock)."""
     published_dir.mkdir(parents=True, exist_ok=True)
     with (published_dir / ".lock").open("a") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

@@ -14,15 +14,21 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     """Totals and per-shard figures of one run.
 
     Returns ``{"run_id", "snapshot_date", "totals": {...}, "shards": [shard manifest, ...],
-    "validation": {...} | None}``. Totals: snapshot row counts, eligible users, users with
-    recommendations, rows, traversals (second-hop expansions counted) and the summed shard
-    seconds. Raises ``RunNotFoundError`` if the run has no snapshot.
+    "failed_shards": [shard id, ...], "validation": {...} | None}``. Totals: snapshot row
+    counts, shards done and failed (no manifest: carried over when published), eligible users,
+    users with recommendations, rows, traversals (second-hop expansions counted), the summed
+    shard seconds and the gate's outcome. Raises ``RunNotFoundError`` if the run has no
+    snapshot.
     """
     paths = RunPaths.find(home, snapshot_date, run_id)
     snapshot = read_json(paths.snapshot_manifest)
+    shard_count = int(snapshot.get("shard_count") or snapshot["settings"]["shard_count"])
     shards: list[dict[str, Any]] = []
-    for manifest in sorted(paths.shards_dir.glob("shard_id=*/manifest.json")):
-        shards.append(read_json(manifest))
+    for shard_id in range(shard_count):
+        if paths.shard_manifest(shard_id).is_file():
+            shards.append(read_json(paths.shard_manifest(shard_id)))
+    done = {int(s.get("shard_id", -1)) for s in shards}
+    failed = [shard_id for shard_id in range(shard_count) if shard_id not in done]
     validation_file = paths.validation_dir / "summary.json"
     validation = read_json(validation_file) if validation_file.exists() else None
     counts = snapshot.get("row_counts", snapshot.get("counts", {}))
@@ -33,7 +39,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     traversals = sum(int(s.get("traversals", 0)) for s in shards)
     totals.update(
         {
-            "shards done": f"{len(shards)} of {snapshot.get('shard_count', '?')}",
+            "shards done": f"{len(shards)} of {shard_count}",
+            "shards failed": ", ".join(f"{i:03d}" for i in failed) or "none",
             "eligible users": sum(int(s.get("users_in", 0)) for s in shards),
             "users with recommendations": sum(
                 int(s.get("users_with_recommendations", 0)) for s in shards
@@ -42,13 +49,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
             "traversals": traversals,
             "shard seconds (sum)": round(shard_seconds, 3),
             "traversals per second": int(traversals / shard_seconds) if shard_seconds else 0,
-            "validation": (
-                "passed"
-                if validation and validation.get("success")
-                else "failed"
-                if validation
-                else "not run"
-            ),
+            "validation": _outcome(validation),
         }
     )
     return {
@@ -56,5 +57,14 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "snapshot_date": paths.snapshot_date.isoformat(),
         "totals": totals,
         "shards": shards,
+        "failed_shards": failed,
         "validation": validation,
     }
+
+
+def _outcome(validation: dict[str, Any] | None) -> str:
+    """The gate's outcome in words: passed, failed, errored, nothing to validate, not run."""
+    if validation is None:
+        return "not run"
+    default = "passed" if validation.get("success") else "failed"
+    return str(validation.get("outcome", default)).replace("_", " ")

@@ -1,36 +1,34 @@
-"""The Great Expectations gate: nothing is published unless every check here passes.
+"""The Great Expectations gate: nothing is published unless it passes, and it cannot pass empty.
 
-``validate_run`` reads every shard output of a run (``shards/shard_id=NNN/``), derives four
-frames from them in Polars (``gate_batches``: **the gate's expectations are defined there**),
-runs each as a GX checkpoint (``recs.nightly.checkpoints``), saves the results with the run and
-raises ``ValidationFailedError`` if anything failed. The four batches, one row per ...:
+``validate_run`` reads the run's planned shards only (``shards/shard_id=NNN/``, NNN below
+``shard_count``). A shard is *computed* if its manifest and its output are there (the traversal
+writes the manifest last); the others *failed*, are left out of the checks and carried over by
+the publish. Five frames are derived in Polars (``gate_batches``: **the gate's expectations are
+defined there**) and run as GX checkpoints (``recs.nightly.checkpoints``). One row per ...:
 
-``recommendations``  published row as written: contract columns, types, no nulls, unique
+``run``  the run: users with lists >= ``gate_min_list_share`` of tonight's eligible users
+    (``exports/eligible_users``); users with lists and rows within ``-gate_max_drop ..
+    gate_max_growth`` (relative change) of the version ``CURRENT`` names, over the same shards
+    (``recs.nightly.baseline``; nothing to compare with: the checks are recorded as skipped).
+``recommendations``  row as written: at least one; contract columns, types, no nulls, unique
     (user_id, candidate_id), this run's run_id.
-``recommendation_rules``  published row with derived columns: rank in 1..top_k, score in
-    [0, score_max], mutual_count >= min_mutual_count, followed_by within followed_by_count, no
-    self-recommendation, no excluded candidate (``exports/follow_exclusions``), candidate active
-    and discoverable (``exports/candidate_profiles``).
-``users``  user with recommendations: ranks 1..n gapless and unique; all rows in the one shard
-    ``recs.sharding.shard_of`` assigns (the read path looks nowhere else).
-``shards``  ``shard_id=NNN`` directory: exactly the planned shards, output and manifest present,
-    readable Parquet with the contract schema sorted by (user_id, rank), manifest counts equal.
+``recommendation_rules``  rank, score, mutual_count and followed_by within bounds; no self,
+    excluded, inactive or undiscoverable candidate.
+``users``  user with a list: ranks 1..n gapless and unique, in its home shard, eligible tonight.
+``shards``  computed shard: readable Parquet of the contract schema sorted by (user_id, rank),
+    a readable manifest whose shard id and counts equal the file's.
 
-Outputs under ``paths.validation_dir``: ``results.json`` (per checkpoint, per expectation: name,
-type, kwargs, success, unexpected counts, up to 20 offending keys) and ``summary.json``
-(``run_id, success, evaluated, failed`` plus the validated shard files' sha256, rows and users,
-which ``recs.nightly.publish`` checks before publishing them).
+Outcomes, each saved in ``validation/results.json`` and ``summary.json`` (``outcome``):
+``passed``; ``failed`` (``ValidationFailedError``); ``errored`` (``ValidationEngineError``: GX or
+the gate raised, or a result carries an exception); ``nothing_to_validate``
+(``NothingToValidateError``: no computed shard, nobody eligible, or an earlier stage missing).
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import logging
-import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +36,20 @@ import polars as pl
 
 from recs.config import Settings
 from recs.contracts import RECOMMENDATION_SCHEMA
-from recs.errors import ValidationFailedError
+from recs.errors import NothingToValidateError, ValidationEngineError, ValidationFailedError
 from recs.files import write_json
+from recs.nightly.baseline import ReplacedVersion, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
+from recs.nightly.gate_inputs import (
+    ShardOutputs,
+    as_int,
+    eligible_in_shards,
+    eligible_users,
+    max_generated_at,
+    missing_upstream,
+    read_manifest,
+    read_shard_outputs,
+)
 from recs.nightly.runs import RunPaths
 from recs.sharding import shard_expr
 
@@ -50,9 +59,10 @@ SUMMARY_FILE = "summary.json"
 # Scores are sums of floats; allow for one rounding step above the exact bound.
 SCORE_TOLERANCE = 1e-9
 
-log = logging.getLogger(__name__)
 
-_SHARD_DIR = re.compile(r"shard_id=(\d+)")
+CHANGE_CHECKS = ("users_change_within_bounds", "rows_change_within_bounds")
+
+log = logging.getLogger(__name__)
 
 # How a contract dtype looks in the pandas batch (NumPy dtypes; lists stay Arrow-backed, which
 # GX reports as the Python type of their values). The exact Polars/Arrow dtypes, including the
@@ -69,203 +79,295 @@ _PANDAS_TYPE_NAMES: dict[type[pl.DataType], str] = {
 
 
 def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
-    """Run the gate over a run's shard outputs; save results; raise if any expectation failed.
+    """Run the gate over a run's computed shards; save the results; raise unless it passed.
 
-    Reads ``paths.shard_output(i)`` / ``paths.shard_manifest(i)`` for every shard directory
-    found, ``exports/follow_exclusions/shard_id=N/*.parquet`` and
-    ``exports/candidate_profiles.parquet``. Writes ``validation/results.json`` and
-    ``validation/summary.json`` (atomically, also on failure).
+    Reads ``paths.shard_output(i)`` / ``paths.shard_manifest(i)`` for ``i < shard_count``,
+    ``exports/eligible_users/``, ``exports/follow_exclusions/``,
+    ``exports/candidate_profiles.parquet`` and the manifest (and, if its shard count differs,
+    the ``user_id`` column) of the version ``CURRENT`` names. Writes ``validation/results.json``
+    and ``validation/summary.json`` atomically whatever the outcome (module docstring).
 
-    Returns ``{"run_id", "success", "evaluated", "failed", "rows", "users", "results",
-    "summary", "seconds"}``. Raises ``ValidationFailedError`` (one line naming the failed
-    checks) after saving the results. The wall clock is not read except to time the stage.
+    Returns ``{"run_id", "outcome": "passed", "success", "evaluated", "failed", "skipped",
+    "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
+    "results", "summary", "data_docs", "seconds"}`` (``data_docs``: the GX Data Docs'
+    ``index.html`` under ``validation/data_docs/``, None if they could not be built). Raises,
+    after saving: ``ValidationFailedError`` (the failed checks), ``ValidationEngineError`` (the
+    checks that could not be evaluated, or the exception), ``NothingToValidateError``; each a
+    one-line message naming ``results.json`` and the Data Docs. The wall clock is only read to
+    time the stage.
     """
     started = time.perf_counter()
-    quiet_gx()  # imports GX first, so the timings below exclude it
-    seconds = {"gx_import": time.perf_counter() - started}
-    lap = time.perf_counter()
-    outputs = read_shard_outputs(paths)
-    seconds["read"], lap = time.perf_counter() - lap, time.perf_counter()
-    batches = gate_batches(paths, settings, outputs)
-    seconds["frames"], lap = time.perf_counter() - lap, time.perf_counter()
-    log.info(
-        "validate %s: %d shard folders, %d rows; GX import %.2fs, read %.2fs, frames %.2fs",
-        paths.run_id,
-        outputs.shards.height,
-        outputs.union.height,
-        seconds["gx_import"],
-        seconds["read"],
-        seconds["frames"],
-    )
-    results = run_checkpoints(batches, paths)
-    seconds["checkpoints"] = time.perf_counter() - lap
+    report = _Report(paths)
+    try:
+        missing = missing_upstream(paths)
+        if missing:
+            raise NothingToValidateError(
+                f"nothing to validate for run {paths.run_id}: {missing} (an earlier stage did "
+                "not complete)"
+            )
+        quiet_gx()  # imports GX first, so the timings below exclude it
+        lap = time.perf_counter()
+        outputs = read_shard_outputs(paths, settings.shard_count)
+        eligible = eligible_users(paths.exports_dir)
+        report.outputs, report.eligible = outputs, eligible
+        read_seconds = time.perf_counter() - lap
+        if not outputs.computed:
+            raise NothingToValidateError(
+                f"nothing to validate for run {paths.run_id}: no shard produced output "
+                f"(all {settings.shard_count} failed)"
+            )
+        if eligible.height == 0:
+            raise NothingToValidateError(
+                f"nothing to validate for run {paths.run_id}: nobody is eligible tonight "
+                f"(exports/eligible_users is empty)"
+            )
+        report.replaced, report.not_compared = replaced_version(
+            settings.published_dir, settings.shard_count, outputs.computed
+        )
+        lap = time.perf_counter()
+        batches = gate_batches(paths, settings, outputs, eligible, report.replaced)
+        log.info(
+            "validate %s: %d of %d shards computed, %d rows; read %.2fs, frames %.2fs",
+            paths.run_id,
+            len(outputs.computed),
+            settings.shard_count,
+            outputs.union.height,
+            read_seconds,
+            time.perf_counter() - lap,
+        )
+        report.results = run_checkpoints(batches, paths)
+    except NothingToValidateError as error:
+        report.save("nothing_to_validate", str(error))
+        raise
+    except Exception as error:  # noqa: BLE001 - any exception of the gate is its own outcome
+        message = (
+            f"validation errored for run {paths.run_id}: {type(error).__name__}: "
+            f"{' '.join(str(error).split())[:300]}"
+        )
+        log.exception("validate %s: the gate raised", paths.run_id)
+        results_path = report.save("errored", message)
+        raise ValidationEngineError(f"{message} (details: {results_path})") from error
 
-    failed = [
-        item["name"]
-        for checkpoint in results["checkpoints"]
-        for item in checkpoint["expectations"]
-        if not item["success"]
-    ]
-    evaluated = sum(len(c["expectations"]) for c in results["checkpoints"])
-    union = outputs.union
-    summary = {
-        "run_id": paths.run_id,
-        "snapshot_date": paths.snapshot_date.isoformat(),
-        "success": not failed,
-        "evaluated": evaluated,
-        "failed": failed,
-        "rows": union.height,
-        "users": union.get_column("user_id").n_unique() if "user_id" in union.columns else 0,
-        "generated_at": _max_generated_at(union),
-        "shards": outputs.fingerprints,
-    }
-    validation_dir = paths.validation_dir
-    results_path = write_json(validation_dir / RESULTS_FILE, results)
-    summary_path = write_json(validation_dir / SUMMARY_FILE, summary)
-    log.info(
-        "validate %s: %d of %d expectations passed (checkpoints %.2fs, total %.2fs)",
-        paths.run_id,
-        evaluated - len(failed),
-        evaluated,
-        seconds["checkpoints"],
-        time.perf_counter() - started,
-    )
+    checks = [e for c in report.results["checkpoints"] for e in c["expectations"]]
+    errored = [e["name"] for e in checks if e.get("errored")]
+    failed = [e["name"] for e in checks if not e["success"] and not e.get("errored")]
+    evaluated = len(checks)
+    docs = report.results.get("data_docs") or "not built"
+    if errored:
+        results_path = report.save("errored", None, failed=failed, errored=errored)
+        first = next(e for e in checks if e.get("errored"))
+        named = ", ".join(errored[:5]) + (f" and {len(errored) - 5} more" if errored[5:] else "")
+        raise ValidationEngineError(
+            f"validation errored for run {paths.run_id}: {len(errored)} of {evaluated} checks "
+            f"could not be evaluated ({named}): {first.get('exception')} "
+            f"(details: {results_path}; Data Docs: {docs}); this is not a verdict on the data"
+        )
     if failed:
+        results_path = report.save("failed", None, failed=failed)
         raise ValidationFailedError(
             f"validation failed for run {paths.run_id}: {len(failed)} of {evaluated} "
-            f"expectations failed: {', '.join(failed)} (details: {results_path})"
+            f"expectations failed: {', '.join(failed)} (details: {results_path}; Data Docs: {docs})"
         )
+    results_path = report.save("passed", None)
+    summary = report.summary
+    log.info(
+        "validate %s: %d of %d expectations passed, %d skipped, shards carried over: %s "
+        "(%.2fs); results: %s; Data Docs: %s",
+        paths.run_id,
+        evaluated,
+        evaluated,
+        len(summary["skipped"]),
+        summary["failed_shards"] or "none",
+        time.perf_counter() - started,
+        results_path,
+        docs,
+    )
     return {
         "run_id": paths.run_id,
-        "success": True,
-        "evaluated": evaluated,
-        "failed": [],
-        "rows": summary["rows"],
-        "users": summary["users"],
+        **{
+            key: summary[key]
+            for key in (
+                "outcome",
+                "success",
+                "evaluated",
+                "failed",
+                "skipped",
+                "computed_shards",
+                "failed_shards",
+                "compared_with",
+                "rows",
+                "users",
+                "eligible_users",
+            )
+        },
         "results": str(results_path),
-        "summary": str(summary_path),
+        "summary": str(paths.validation_dir / SUMMARY_FILE),
+        "data_docs": report.results.get("data_docs"),
         "seconds": round(time.perf_counter() - started, 3),
     }
 
 
 @dataclass
-class ShardOutputs:
-    """What the gate read from a run's ``shards/`` folder.
+class _Report:
+    """What the gate learned so far, saved as ``results.json`` + ``summary.json`` whatever
+    the outcome (``save``)."""
 
-    ``union``: every readable shard file concatenated (``how="diagonal_relaxed"``), columns as
-    written, plus ``shard_id`` (Int32, the directory's id). ``shards``: one row per directory
-    found (see ``read_shard_outputs``). ``fingerprints``: ``[{"shard_id", "sha256", "rows",
-    "users"}]`` of the readable files, by shard id.
-    """
+    paths: RunPaths
+    outputs: ShardOutputs | None = None
+    eligible: pl.DataFrame | None = None
+    replaced: ReplacedVersion | None = None
+    not_compared: str | None = None
+    results: dict[str, Any] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
 
-    union: pl.DataFrame
-    shards: pl.DataFrame
-    fingerprints: list[dict[str, Any]]
-
-
-def read_shard_outputs(paths: RunPaths) -> ShardOutputs:
-    """Read every ``shards/shard_id=NNN/`` directory of the run (no expectations yet).
-
-    The ``shards`` frame, one row per directory found, sorted by shard_id:
-    ``shard_id`` Int64 (-1 if the name is not ``shard_id=`` + three or more digits),
-    ``has_output`` / ``has_manifest`` Boolean, ``readable`` / ``schema_matches`` / ``is_sorted``
-    Boolean (null when there is no file to judge), ``file_rows`` / ``file_users`` Int64,
-    ``manifest_shard_id`` / ``manifest_rows`` / ``manifest_users`` Int64 (null when absent).
-    The file's bytes are read once: the sha256 saved in the summary is of the bytes validated.
-    """
-    records: list[dict[str, Any]] = []
-    frames: list[pl.DataFrame] = []
-    fingerprints: list[dict[str, Any]] = []
-    shard_dirs = sorted(p for p in paths.shards_dir.glob("shard_id=*") if p.is_dir())
-    for shard_dir in shard_dirs:
-        match = _SHARD_DIR.fullmatch(shard_dir.name)
-        shard_id = int(match.group(1)) if match else -1
-        if match and shard_dir.name != paths.shard_dir(shard_id).name:
-            shard_id = -1  # e.g. shard_id=7: not where publish and the readers look
-        output = shard_dir / "recommendations.parquet"
-        manifest_path = shard_dir / "manifest.json"
-        record: dict[str, Any] = {
-            "shard_id": shard_id,
-            "has_output": output.is_file(),
-            "has_manifest": manifest_path.is_file(),
-            "readable": None,
-            "schema_matches": None,
-            "is_sorted": None,
-            "file_rows": None,
-            "file_users": None,
-            "manifest_shard_id": None,
-            "manifest_rows": None,
-            "manifest_users": None,
+    def save(
+        self,
+        outcome: str,
+        error: str | None,
+        failed: list[str] | None = None,
+        errored: list[str] | None = None,
+    ) -> Path:
+        """Write both documents atomically; return the path of ``results.json``."""
+        paths = self.paths
+        results = self.results or {
+            "run_id": paths.run_id,
+            "snapshot_date": paths.snapshot_date.isoformat(),
+            "success": False,
+            "checkpoints": [],
         }
-        if record["has_output"]:
-            content = output.read_bytes()
-            try:
-                frame = pl.read_parquet(io.BytesIO(content))
-            except Exception:  # noqa: BLE001 - any unreadable file is a failed check, not a crash
-                record["readable"] = False
-            else:
-                users = frame.get_column("user_id").n_unique() if "user_id" in frame.columns else 0
-                record.update(
-                    readable=True,
-                    schema_matches=dict(frame.schema) == dict(RECOMMENDATION_SCHEMA)
-                    and frame.columns == list(RECOMMENDATION_SCHEMA),
-                    is_sorted=_is_sorted_by_user_rank(frame),
-                    file_rows=frame.height,
-                    file_users=users,
-                )
-                frames.append(frame.with_columns(pl.lit(shard_id, pl.Int32).alias("shard_id")))
-                fingerprints.append(
-                    {
-                        "shard_id": shard_id,
-                        "sha256": hashlib.sha256(content).hexdigest(),
-                        "rows": frame.height,
-                        "users": users,
-                    }
-                )
-        if record["has_manifest"]:
-            manifest = _read_manifest(manifest_path)
-            record.update(
-                manifest_shard_id=_as_int(manifest.get("shard_id")),
-                manifest_rows=_as_int(manifest.get("rows")),
-                manifest_users=_as_int(manifest.get("users_with_recommendations")),
-            )
-        records.append(record)
+        results = {**results, "outcome": outcome, "error": error, "skipped": self.skipped()}
+        outputs = self.outputs
+        union = outputs.union if outputs is not None else pl.DataFrame()
+        users = union.get_column("user_id").n_unique() if "user_id" in union.columns else 0
+        computed = outputs.computed if outputs is not None else []
+        eligible_in_computed = eligible_in_shards(self.eligible, computed, outputs)
+        self.summary = {
+            "run_id": paths.run_id,
+            "snapshot_date": paths.snapshot_date.isoformat(),
+            "outcome": outcome,
+            "success": outcome == "passed",
+            "error": error,
+            "evaluated": sum(len(c["expectations"]) for c in results["checkpoints"]),
+            "failed": failed or [],
+            "errored": errored or [],
+            "skipped": self.skipped(),
+            "computed_shards": computed,
+            "failed_shards": outputs.failed if outputs is not None else [],
+            "compared_with": self.replaced.run_id if self.replaced else None,
+            "rows": union.height,
+            "users": users,
+            "eligible_users": self.eligible.height if self.eligible is not None else None,
+            "eligible_users_in_computed_shards": eligible_in_computed,
+            "replaced_users": self.replaced.users if self.replaced else None,
+            "replaced_rows": self.replaced.rows if self.replaced else None,
+            "generated_at": max_generated_at(union),
+            "shards": outputs.statuses if outputs is not None else [],
+        }
+        validation_dir = paths.validation_dir
+        results_path = write_json(validation_dir / RESULTS_FILE, results)
+        write_json(validation_dir / SUMMARY_FILE, self.summary)
+        return results_path
 
-    shards = pl.DataFrame(
-        records,
-        schema={
-            "shard_id": pl.Int64,
-            "has_output": pl.Boolean,
-            "has_manifest": pl.Boolean,
-            "readable": pl.Boolean,
-            "schema_matches": pl.Boolean,
-            "is_sorted": pl.Boolean,
-            "file_rows": pl.Int64,
-            "file_users": pl.Int64,
-            "manifest_shard_id": pl.Int64,
-            "manifest_rows": pl.Int64,
-            "manifest_users": pl.Int64,
+    def skipped(self) -> list[dict[str, str]]:
+        """The comparison checks not run, each with the reason (empty once compared)."""
+        if self.replaced is not None or self.not_compared is None:
+            return []
+        return [{"name": name, "reason": self.not_compared} for name in CHANGE_CHECKS]
+
+
+def run_figures(
+    paths: RunPaths,
+    settings: Settings,
+    outputs: ShardOutputs,
+    eligible: pl.DataFrame,
+    replaced: ReplacedVersion | None,
+) -> pl.DataFrame:
+    """The ``run`` batch: one row, ``run_id`` String, ``rows, users, eligible_users`` Int64
+    (over the computed shards), ``list_share`` Float64 (users / eligible_users; 0.0 when no
+    eligible user is in them), ``users_change, rows_change`` Float64 (``tonight / replaced -
+    1``; null without a replaced version), ``eligible_all`` Int64 (every row of the
+    ``eligible_users`` export) and ``eligible_planned`` Int64 (the count the shard plan was
+    sized by, ``snapshot/manifest.json``'s ``shard_plan``; null for a run frozen without one)."""
+    union = outputs.union
+    users = union.get_column("user_id").n_unique() if "user_id" in union.columns else 0
+    in_computed = eligible_in_shards(eligible, outputs.computed, outputs) or 0
+    plan = read_manifest(paths.snapshot_manifest).get("shard_plan") or {}
+    return pl.DataFrame(
+        {
+            "run_id": [paths.run_id],
+            "rows": [union.height],
+            "users": [users],
+            "eligible_users": [in_computed],
+            "list_share": [users / in_computed if in_computed else 0.0],
+            "users_change": [users / replaced.users - 1.0 if replaced else None],
+            "rows_change": [union.height / replaced.rows - 1.0 if replaced else None],
+            "eligible_all": [eligible.height],
+            "eligible_planned": [as_int(plan.get("eligible_users"))],
         },
-    ).sort("shard_id")
-    if frames:
-        union = pl.concat(frames, how="diagonal_relaxed")
-    else:
-        union = pl.DataFrame(schema={**RECOMMENDATION_SCHEMA, "shard_id": pl.Int32})
-    fingerprints.sort(key=lambda item: item["shard_id"])
-    return ShardOutputs(union=union, shards=shards, fingerprints=fingerprints)
+        schema={
+            "run_id": pl.String,
+            "rows": pl.Int64,
+            "users": pl.Int64,
+            "eligible_users": pl.Int64,
+            "list_share": pl.Float64,
+            "users_change": pl.Float64,
+            "rows_change": pl.Float64,
+            "eligible_all": pl.Int64,
+            "eligible_planned": pl.Int64,
+        },
+    )
 
 
-def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> list[GateBatch]:
-    """The four batches of the gate, each with its expectations (module docstring).
+def gate_batches(
+    paths: RunPaths,
+    settings: Settings,
+    outputs: ShardOutputs,
+    eligible: pl.DataFrame,
+    replaced: ReplacedVersion | None = None,
+) -> list[GateBatch]:
+    """The five batches of the gate, each with its expectations (module docstring).
 
-    Pure given its inputs except for reading the run's exclusion and candidate-profile exports.
-    Check names are stable identifiers: they appear in ``summary.json`` and in the error.
+    ``eligible``: tonight's eligible ``user_id`` (``eligible_users``); ``replaced``: the counts
+    of the version the run would replace (``recs.nightly.baseline``), None to skip the change
+    checks. Pure given its inputs except for reading the run's exclusion and candidate-profile
+    exports. Check names are stable identifiers: they appear in ``summary.json`` and errors.
     """
     quiet_gx()
     import great_expectations.expectations as gxe
 
     union = outputs.union
     conformed = _conformed(union)
+    between = gxe.ExpectColumnValuesToBeBetween
+    in_set = gxe.ExpectColumnValuesToBeInSet
+    pair_equal = gxe.ExpectColumnPairValuesToBeEqual
+
+    run = GateBatch("run", run_figures(paths, settings, outputs, eligible, replaced), ["run_id"])
+    run.expect(
+        "list_share_at_least_min",
+        between,
+        column="list_share",
+        min_value=settings.gate_min_list_share,
+        max_value=1.0,
+    )
+    # The plan's count (the snapshot's own spelling of the eligibility rule) must equal dbt's
+    # eligible_users: the rule has one meaning, whichever code evaluates it.
+    run.expect(
+        "plan_eligible_matches_models",
+        pair_equal,
+        column_A="eligible_planned",
+        column_B="eligible_all",
+        ignore_row_if="either_value_is_missing",
+    )
+    if replaced is not None:
+        for check, column in zip(CHANGE_CHECKS, ("users_change", "rows_change"), strict=True):
+            run.expect(
+                check,
+                between,
+                column=column,
+                min_value=-settings.gate_max_drop,
+                max_value=settings.gate_max_growth,
+            )
+
     recommendations = GateBatch(
         "recommendations",
         union.select([c for c in union.columns if c != "shard_id"]),
@@ -274,9 +376,17 @@ def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> 
     rules = GateBatch(
         "recommendation_rules", recommendation_rules(paths, conformed), ["user_id", "candidate_id"]
     )
-    users = GateBatch("users", user_rank_stats(conformed, settings.shard_count), ["user_id"])
+    eligible_ids = eligible.get_column("user_id").implode()
+    users = GateBatch(
+        "users",
+        user_rank_stats(conformed, settings.shard_count).with_columns(
+            pl.col("user_id").is_in(eligible_ids).alias("is_eligible")
+        ),
+        ["user_id"],
+    )
     shards = GateBatch("shards", outputs.shards, ["shard_id"])
 
+    recommendations.expect("rows_at_least_one", gxe.ExpectTableRowCountToBeBetween, min_value=1)
     recommendations.expect(
         "columns_match_contract",
         gxe.ExpectTableColumnsToMatchOrderedList,
@@ -298,15 +408,8 @@ def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> 
         gxe.ExpectCompoundColumnsToBeUnique,
         column_list=["user_id", "candidate_id"],
     )
-    recommendations.expect(
-        "run_id_is_this_run",
-        gxe.ExpectColumnValuesToBeInSet,
-        column="run_id",
-        value_set=[paths.run_id],
-    )
+    recommendations.expect("run_id_is_this_run", in_set, column="run_id", value_set=[paths.run_id])
 
-    between = gxe.ExpectColumnValuesToBeBetween
-    in_set = gxe.ExpectColumnValuesToBeInSet
     rules.expect("rank_within_top_k", between, column="rank", min_value=1, max_value=settings.top_k)
     rules.expect(
         "score_within_bounds",
@@ -339,27 +442,19 @@ def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> 
         value_set=[True],
     )
 
-    pair_equal = gxe.ExpectColumnPairValuesToBeEqual
     users.expect("rank_starts_at_1", between, column="min_rank", min_value=1, max_value=1)
     users.expect("rank_gapless_per_user", pair_equal, column_A="max_rank", column_B="rows")
     users.expect("rank_unique_per_user", pair_equal, column_A="distinct_ranks", column_B="rows")
     users.expect("user_in_home_shard", in_set, column="in_home_shard", value_set=[True])
+    users.expect("user_is_eligible", in_set, column="is_eligible", value_set=[True])
 
-    shards.expect(
-        "planned_shards_present",
-        gxe.ExpectColumnDistinctValuesToEqualSet,
-        column="shard_id",
-        value_set=list(range(settings.shard_count)),
-    )
-    shards.expect("shard_ids_unique", gxe.ExpectColumnValuesToBeUnique, column="shard_id")
-    shards.expect("shard_output_present", in_set, column="has_output", value_set=[True])
-    shards.expect("shard_manifest_present", in_set, column="has_manifest", value_set=[True])
     shards.expect("shard_output_readable", in_set, column="readable", value_set=[True])
     shards.expect(
         "shard_schema_matches_contract", in_set, column="schema_matches", value_set=[True]
     )
     shards.expect("shard_sorted_by_user_rank", in_set, column="is_sorted", value_set=[True])
-    # A missing manifest or output is reported by the *_present checks, not again here.
+    shards.expect("shard_manifest_readable", in_set, column="manifest_readable", value_set=[True])
+    # An unreadable file or manifest is reported by the *_readable checks, not again here.
     for check, column_a, column_b in (
         ("manifest_shard_id_matches", "manifest_shard_id", "shard_id"),
         ("manifest_rows_match_output", "manifest_rows", "file_rows"),
@@ -372,7 +467,7 @@ def gate_batches(paths: RunPaths, settings: Settings, outputs: ShardOutputs) -> 
             column_B=column_b,
             ignore_row_if="either_value_is_missing",
         )
-    return [recommendations, rules, users, shards]
+    return [run, recommendations, rules, users, shards]
 
 
 def recommendation_rules(paths: RunPaths, conformed: pl.DataFrame) -> pl.DataFrame:
@@ -478,35 +573,3 @@ def _recommendable_candidate_ids(exports_dir: Path) -> pl.Series:
         .collect()
         .get_column("candidate_id")
     )
-
-
-def _is_sorted_by_user_rank(frame: pl.DataFrame) -> bool | None:
-    """True if rows are in strictly increasing (user_id, rank) order; None if a key is missing."""
-    if not {"user_id", "rank"} <= set(frame.columns):
-        return None
-    if frame.height < 2:
-        return True
-    user_step = pl.col("user_id").diff()
-    rank_step = pl.col("rank").cast(pl.Int64).diff()
-    ordered = (user_step > 0) | ((user_step == 0) & (rank_step > 0))
-    return bool(frame.select(ordered.slice(1).fill_null(False).all()).item())
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-def _as_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _max_generated_at(union: pl.DataFrame) -> str | None:
-    """Latest ``generated_at`` of the run's rows (ISO, naive UTC), None if there are none."""
-    if "generated_at" not in union.columns or union.height == 0:
-        return None
-    latest = union.get_column("generated_at").max()
-    return latest.isoformat() if latest is not None else None

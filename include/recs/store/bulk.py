@@ -144,13 +144,24 @@ def _report(progress: ProgressCallback | None, rows: TableRows, done: int) -> No
         progress(message)
 
 
-def _secondary_index_ddl() -> tuple[list[str], list[str]]:
-    """``(drop, create)`` statements of the non-primary-key indexes, from ``schema.metadata``."""
-    from sqlalchemy.dialects import sqlite
+def secondary_index_ddl(
+    dialect_name: str = "sqlite", tables: Iterable[str] | None = None
+) -> tuple[list[str], list[str]]:
+    """``(drop, create)`` statements of the non-primary-key indexes of ``tables`` (default:
+    every table) on a backend (``sqlite`` or ``postgresql``), from ``schema.metadata``. On
+    PostgreSQL ``follow_edges`` has none: its reverse direction is a table."""
+    from sqlalchemy.dialects import postgresql, sqlite
     from sqlalchemy.schema import CreateIndex, DropIndex
 
-    dialect = sqlite.dialect()
-    indexes = [index for table in schema.tables_for("sqlite") for index in table.indexes]
+    dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
+    wanted = set(tables) if tables is not None else None
+    indexes = [
+        index
+        for table in schema.tables_for(dialect_name)
+        if wanted is None or table.name in wanted
+        for index in table.indexes
+        if not (dialect_name == "postgresql" and table.name == "follow_edges")
+    ]
     drop = [str(DropIndex(index).compile(dialect=dialect)) for index in indexes]
     create = [str(CreateIndex(index).compile(dialect=dialect)) for index in indexes]
     return drop, create
@@ -163,7 +174,7 @@ def _write_sqlite_adbc(
 ) -> None:
     import adbc_driver_sqlite.dbapi as adbc
 
-    drop_indexes, create_indexes = _secondary_index_ddl()
+    drop_indexes, create_indexes = secondary_index_ddl()
     connection = adbc.connect(path, autocommit=True)
     cursor = connection.cursor()
     try:
@@ -177,7 +188,7 @@ def _write_sqlite_adbc(
                 # The next batch is built (generated, timestamps formatted) in a helper thread
                 # while SQLite ingests this one: ADBC releases the GIL during the insert.
                 batches = (_sqlite_text_timestamps(f).to_arrow() for f in rows.frames)
-                for batch in _prefetched(batches):
+                for batch in prefetched(batches):
                     if batch.num_rows:
                         cursor.adbc_ingest(rows.table, batch, mode="append")
                     done += batch.num_rows
@@ -203,7 +214,7 @@ def _write_sqlite_adbc(
 _EXHAUSTED = object()
 
 
-def _prefetched(items: Iterable[Any]) -> Iterator[Any]:
+def prefetched(items: Iterable[Any]) -> Iterator[Any]:
     """Iterate ``items`` while a helper thread already produces the next one."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -274,7 +285,7 @@ def _write_postgres_adbc(
     try:
         for rows in tables:
             done = 0
-            for batch in _prefetched(frame.to_arrow() for frame in rows.frames):
+            for batch in prefetched(frame.to_arrow() for frame in rows.frames):
                 if batch.num_rows:
                     cursor.adbc_ingest(rows.table, batch, mode="append")
                 done += batch.num_rows

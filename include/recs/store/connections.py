@@ -161,3 +161,20 @@ def sqlite_timestamp_text(time_us: int | None) -> str | None:
     hours, seconds = divmod(seconds, 3600)
     minutes, seconds = divmod(seconds, 60)
     return f"{_sqlite_day(days)} {hours:02d}:{minutes:02d}:{seconds:02d}.{micros:06d}"
+
+
+def sqlite_timestamp_array(values):
+    """A ``pyarrow`` ``timestamp[us]`` array (naive UTC) as SQLite's timestamp text
+    (``SQLITE_TIMESTAMP_FORMAT``, nulls kept): Arrow's cast to string writes exactly that text
+    (checked against ``sqlite_timestamp_text`` by a test); a batch of one repeated time (an
+    import's default) copies one formatted value, ~4x faster than formatting each."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(values) and not values.null_count:
+        low, high = pc.min_max(values).values()
+        if low == high:
+            one = pa.array([low.as_py()], pa.timestamp("us")).cast(pa.string())
+            return one.take(pa.array(np.zeros(len(values), dtype=np.int32)))
+    return values.cast(pa.string())

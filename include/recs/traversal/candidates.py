@@ -46,12 +46,15 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
             ir.FunctionType(ir.VoidType(), [byte_pointer, int32, int32, int32]),
             "llvm.prefetch.p0i8",
         )
-        builder.call(function, [
-            builder.bitcast(pointer, byte_pointer),
-            ir.Constant(int32, 0),  # read
-            ir.Constant(int32, 3),  # keep in all cache levels
-            ir.Constant(int32, 1),  # data cache
-        ])
+        builder.call(
+            function,
+            [
+                builder.bitcast(pointer, byte_pointer),
+                ir.Constant(int32, 0),  # read
+                ir.Constant(int32, 3),  # keep in all cache levels
+                ir.Constant(int32, 1),  # data cache
+            ],
+        )
         return context.get_dummy_value()
 
     return signature, codegen
@@ -90,8 +93,9 @@ def count_row(graph, friend, hop2_cap, followed_by_count, scratch, shift, mask, 
 
 
 @stage
-def count_candidates(user, lists, graph, hop2_cap, followed_by_count, scratch, shift, mask,
-                     n_touched):  # pragma: no cover - compiled
+def count_candidates(
+    user, lists, graph, hop2_cap, followed_by_count, scratch, shift, mask, n_touched
+):  # pragma: no cover - compiled
     """Count every expanded first-hop row of ``user`` (prefetching ahead) into a table holding
     ``n_touched`` slots (uint64); returns ``(slots used, traversals)``, traversals = second-hop
     entries counted."""
@@ -102,7 +106,13 @@ def count_candidates(user, lists, graph, hop2_cap, followed_by_count, scratch, s
         if p + PREFETCH_DISTANCE < last:
             prefetch_row(graph, lists.hop1_nodes[p + PREFETCH_DISTANCE], hop2_cap)
         n_touched, length = count_row(
-            graph, lists.hop1_nodes[p], hop2_cap, followed_by_count, scratch, shift, mask,
+            graph,
+            lists.hop1_nodes[p],
+            hop2_cap,
+            followed_by_count,
+            scratch,
+            shift,
+            mask,
             n_touched,
         )
         traversals += length

@@ -124,4 +124,3 @@ class DenseIndex:
             return _table_lookup(self.table, np.int64(self.low), ids)
         slot_keys, slot_values, bits = self.hashed
         return _hash_lookup(slot_keys, slot_values, bits, ids)
-

@@ -36,20 +36,22 @@ def recommendation_frame(rows, inputs, graph, paths):
     followed_ids = np.zeros((n_rows, fb), dtype=np.int64)
     followed_ids[set_] = graph.user_ids[rows.followed_by[set_]]
     if fb:
-        followed_by = pl.DataFrame(
-            {"ids": followed_ids, "n": rows.followed_by_n}
-        ).select(pl.col("ids").arr.to_list().list.head(pl.col("n")))["ids"]
+        followed_by = pl.DataFrame({"ids": followed_ids, "n": rows.followed_by_n}).select(
+            pl.col("ids").arr.to_list().list.head(pl.col("n"))
+        )["ids"]
     else:
         followed_by = pl.Series("followed_by", [[]] * n_rows, dtype=pl.List(pl.Int64))
     generated_at = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
-    frame = pl.DataFrame({
-        "user_id": pl.Series(inputs.user_ids[rows.user], dtype=pl.Int64),
-        "candidate_id": pl.Series(np.asarray(graph.user_ids[rows.candidate]), dtype=pl.Int64),
-        "mutual_count": pl.Series(rows.mutual_count, dtype=pl.Int32),
-        "score": pl.Series(rows.score, dtype=pl.Float64),
-        "rank": pl.Series(rows.rank, dtype=pl.Int32),
-        "followed_by": followed_by.cast(pl.List(pl.Int64)),
-    }).with_columns(
+    frame = pl.DataFrame(
+        {
+            "user_id": pl.Series(inputs.user_ids[rows.user], dtype=pl.Int64),
+            "candidate_id": pl.Series(np.asarray(graph.user_ids[rows.candidate]), dtype=pl.Int64),
+            "mutual_count": pl.Series(rows.mutual_count, dtype=pl.Int32),
+            "score": pl.Series(rows.score, dtype=pl.Float64),
+            "rank": pl.Series(rows.rank, dtype=pl.Int32),
+            "followed_by": followed_by.cast(pl.List(pl.Int64)),
+        }
+    ).with_columns(
         pl.lit(generated_at, dtype=pl.Datetime("us")).alias("generated_at"),
         pl.lit(paths.run_id, dtype=pl.String).alias("run_id"),
     )
@@ -98,7 +100,12 @@ def memory_mb() -> dict[str, float]:
 
 
 def shard_manifest(
-    shard_id: int, run_id: str, inputs, result, rows: int, output: Path,
+    shard_id: int,
+    run_id: str,
+    inputs,
+    result,
+    rows: int,
+    output: Path,
     seconds: dict[str, float],
 ) -> dict[str, Any]:
     """The shard task's manifest (``recs.files`` JSON): ``shard_id, run_id, users_in,

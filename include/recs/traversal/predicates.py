@@ -23,7 +23,11 @@ from recs.traversal.scratch import claim_slot
 
 #: Why a candidate is not scored, in the order the flow tries them; code = position + 1.
 DROP_REASONS = (
-    "self", *EXCLUSION_REASONS, "other_exclusion", "below_min_mutual_count", "not_recommendable"
+    "self",
+    *EXCLUSION_REASONS,
+    "other_exclusion",
+    "below_min_mutual_count",
+    "not_recommendable",
 )
 SELF = 1
 FOLLOWING = DROP_REASONS.index("following") + 1
@@ -199,4 +203,3 @@ def cut_to_max_candidates(n_passing, max_count, max_candidates, scratch):  # pra
         scratch.pass_weight[n_selected] = scratch.tie_weights[order[j]]
         n_selected += 1
     return n_selected
-

@@ -11,7 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from recs.files import write_json
 from recs.traversal.graph import check_built_for, load_graph
@@ -20,6 +23,22 @@ from recs.traversal.kernel import recommend_users
 from recs.traversal.output import recommendation_frame, shard_manifest, write_recommendations
 
 log = logging.getLogger("recs.traversal")
+
+
+def hub_traversals(paths, graph, inputs) -> int:
+    """Second-hop entries read through a hub (a first-hop account in ``exports/hub_accounts``):
+    the sum of the hubs' capped row lengths over every first-hop list of the shard. Against the
+    shard's ``traversals``, the share of the work hub accounts carry (the design's hub
+    monitoring). 0 without the export."""
+    import polars as pl
+
+    path = Path(paths.exports_dir) / "hub_accounts.parquet"
+    if not path.exists() or not len(inputs.hop1_nodes):
+        return 0
+    hubs = graph.dense_ids(pl.read_parquet(path, columns=["user_id"])["user_id"].to_numpy())
+    through_hub = np.isin(inputs.hop1_nodes, hubs[hubs >= 0])
+    nodes = inputs.hop1_nodes[through_hub].astype(np.int64)
+    return int((graph.indptr[nodes + 1] - graph.indptr[nodes]).sum())
 
 
 def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
@@ -37,13 +56,17 @@ def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     cpu_started = time.process_time()
     graph = load_graph(paths.graph_dir)
-    check_built_for(graph, settings, paths.as_of.astimezone(dt.UTC).replace(tzinfo=None),
-                    paths.graph_dir)
+    check_built_for(
+        graph, settings, paths.as_of.astimezone(dt.UTC).replace(tzinfo=None), paths.graph_dir
+    )
     inputs = shard_inputs(paths, settings, shard_id, graph)
     read_seconds = time.perf_counter() - started
     log.info(
         "shard %03d: %d eligible users, %d first-hop edges, %d exclusions (read in %.2fs)",
-        shard_id, len(inputs.user_ids), len(inputs.hop1_nodes), len(inputs.excl_nodes),
+        shard_id,
+        len(inputs.user_ids),
+        len(inputs.hop1_nodes),
+        len(inputs.excl_nodes),
         read_seconds,
     )
     kernel_started = time.perf_counter()
@@ -61,12 +84,18 @@ def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
         "write_seconds": write_seconds,
     }
     manifest = shard_manifest(shard_id, paths.run_id, inputs, result, frame.height, output, seconds)
+    manifest["hub_traversals"] = hub_traversals(paths, graph, inputs)
     write_json(paths.shard_manifest(shard_id), manifest)
     log.info(
         "shard %03d: %d rows for %d of %d users, %d traversals in %.2fs (kernel %.2fs); "
         "stage counts %s",
-        shard_id, manifest["rows"], manifest["users_with_recommendations"],
-        manifest["users_in"], manifest["traversals"], seconds["seconds"], kernel_seconds,
+        shard_id,
+        manifest["rows"],
+        manifest["users_with_recommendations"],
+        manifest["users_in"],
+        manifest["traversals"],
+        seconds["seconds"],
+        kernel_seconds,
         manifest["stage_counts"],
     )
     return manifest

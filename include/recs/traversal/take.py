@@ -36,8 +36,11 @@ class OutputRows(NamedTuple):
         touched (and count in RSS) as rows are written."""
         rows = [np.empty(capacity, dtype=np.int32) for _ in range(5)]
         return cls(
-            user=rows[0], candidate=rows[1], mutual_count=rows[2],
-            score=np.empty(capacity, dtype=np.float64), rank=rows[3],
+            user=rows[0],
+            candidate=rows[1],
+            mutual_count=rows[2],
+            score=np.empty(capacity, dtype=np.float64),
+            rank=rows[3],
             followed_by=np.empty(max(1, capacity * followed_by_count), dtype=np.int32),
             followed_by_n=rows[4],
         )
@@ -46,7 +49,7 @@ class OutputRows(NamedTuple):
         """Views of the buffers from row ``start`` on (where the next chunk writes)."""
         return OutputRows(
             *(column[start:] for column in self[:5]),
-            followed_by=self.followed_by[start * followed_by_count:],
+            followed_by=self.followed_by[start * followed_by_count :],
             followed_by_n=self.followed_by_n[start:],
         )
 
@@ -79,7 +82,11 @@ def insert_top_k(i, score, n_best, top_k, scratch):  # pragma: no cover - compil
     while pos > 0:
         t = scratch.best[pos - 1]
         if ranks_before(
-            score, c, node, scratch.best_score[pos - 1], scratch.pass_count[t],
+            score,
+            c,
+            node,
+            scratch.best_score[pos - 1],
+            scratch.pass_count[t],
             scratch.pass_node[t],
         ):
             pos -= 1

@@ -11,12 +11,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import insert
 
-from recs import cli
-from recs.config import get_settings
 from recs.store import schema
 from recs.store.connections import engine_for
 
-SECRET = "test-secret-0123456789-abcdefghijklmnop"
+SECRET = "test-secret-0123456789-abcdefghijklmnop"  # the recs fixture's (conftest.py)
 RUN_ID_RULE = (
     "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
     "without '..'"
@@ -25,24 +23,6 @@ USER_ID_RULE = (
     "expected a non-negative integer below 2**63 in plain decimal (no sign, spaces or "
     "leading zeros)"
 )
-
-
-@pytest.fixture
-def recs(tmp_path, monkeypatch, capsys):
-    """``recs(*args) -> (exit code, stdout, stderr lines)`` with RECS_HOME in tmp_path."""
-    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("RECS_API_JWT_SECRET", SECRET)
-    monkeypatch.delenv("RECS_STORE_URL", raising=False)
-    (tmp_path / "home").mkdir()
-    get_settings.cache_clear()
-
-    def run(*args: str):
-        code = cli.main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err.splitlines()
-
-    yield run
-    get_settings.cache_clear()
 
 
 def _one_error(lines: list[str]) -> str:

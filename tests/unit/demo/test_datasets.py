@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 from recs.config import Settings
-from recs.demo import generated
-from recs.demo.datasets import DATASETS, load_dataset, read_edges
+from recs.demo import datasets, generated
+from recs.demo.datasets import (
+    DATASETS,
+    dataset_folders,
+    dataset_path,
+    load_dataset,
+    read_edges,
+)
 from recs.demo.follow_graph import FollowGraph
 from recs.demo.generated import (
     GENERATED_FIELDS,
@@ -74,11 +80,59 @@ def test_unknown_dataset_names_the_available_ones(settings):
         load_dataset("friendster", settings)
 
 
-def test_missing_file_names_its_path(tmp_path):
+def test_missing_file_names_every_folder_searched(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "BUNDLED_DATASETS", tmp_path / "bundled")
+    monkeypatch.setattr(datasets, "SHARED_DATASETS", tmp_path / "shared")
     settings = Settings(home=tmp_path / "home", datasets_dir=tmp_path / "nowhere")
-    with pytest.raises(DatasetError, match=r"nowhere/soc-Slashdot0902\.txt\.gz"):
+    with pytest.raises(DatasetError) as raised:
         load_dataset("slashdot", settings)
+    message = str(raised.value)
+    assert "soc-Slashdot0902.txt.gz not found in" in message
+    for folder in ("nowhere", "bundled", "shared"):
+        assert str(tmp_path / folder) in message
     assert issubclass(DatasetError, RecsError)
+
+
+def test_the_bundled_files_are_found_without_shared_datasets(tmp_path, monkeypatch):
+    """A fresh clone: nothing beside the repository, no RECS_DATASETS_DIR."""
+    monkeypatch.setattr(datasets, "SHARED_DATASETS", tmp_path / "no-shared")
+    monkeypatch.delenv("RECS_DATASETS_DIR", raising=False)
+    settings = Settings(home=tmp_path / "home")
+    assert settings.datasets_dir == datasets.BUNDLED_DATASETS
+    for name, spec in DATASETS.items():
+        assert dataset_path(name, settings) == datasets.BUNDLED_DATASETS / spec.filename
+
+
+def test_recs_datasets_dir_is_searched_first_and_shared_datasets_last(tmp_path, monkeypatch):
+    first, shared = tmp_path / "first", tmp_path / "shared"
+    for folder in (first, shared):
+        folder.mkdir()
+    write_gz(first / DATASETS["slashdot"].filename, TINY_SLASHDOT)
+    monkeypatch.setattr(datasets, "BUNDLED_DATASETS", tmp_path / "bundled-missing")
+    monkeypatch.setattr(datasets, "SHARED_DATASETS", shared)
+    write_gz(shared / DATASETS["twitter-bofa"].filename, TINY_TWITTER)
+    settings = Settings(home=tmp_path / "home", datasets_dir=first)
+    assert dataset_folders(settings) == [first, tmp_path / "bundled-missing", shared]
+    assert dataset_path("slashdot", settings) == first / DATASETS["slashdot"].filename
+    assert dataset_path("twitter-bofa", settings) == shared / DATASETS["twitter-bofa"].filename
+
+
+def test_bundled_files_are_the_ones_their_readme_lists():
+    """datasets/README.md gives each file's sha256; the copies must be those bytes."""
+    from recs.files import sha256_file
+
+    readme = (datasets.BUNDLED_DATASETS / "README.md").read_text()
+    listed = dict(
+        (name, digest)
+        for digest, name in (
+            line.split() for line in readme.splitlines() if len(line.split()) == 2
+            and len(line.split()[0]) == 64
+        )
+    )
+    assert set(listed) == {p.name for p in datasets.BUNDLED_DATASETS.glob("*.gz")}
+    assert {spec.filename for spec in DATASETS.values()} <= set(listed)
+    for name, digest in listed.items():
+        assert sha256_file(datasets.BUNDLED_DATASETS / name) == digest, name
 
 
 def test_malformed_file_is_a_dataset_error(tmp_path):

@@ -193,3 +193,49 @@ def test_a_rerun_with_fewer_shards_removes_the_others(settings):
     assert sorted(p.name for p in paths.shards_dir.iterdir() if not p.name.startswith(".")) == [
         "shard_id=000"
     ]
+
+
+def test_the_gate_checks_the_plan_counted_the_eligible_users_as_dbt_does(settings):
+    """A whole run of 2026-11-05 (with users 5 6 7, so user 1 gets [7]) passes, the plan's
+    count (7 eligible: all seven accounts were active within 30 days of 11-06) equal to dbt's.
+    The manifest then says 8: validate_run fails naming plan_eligible_matches_models."""
+    from history_store import add_mutual_friends
+
+    from recs.errors import ValidationFailedError
+    from recs.files import write_json
+
+    add_mutual_friends(settings)
+    pipeline.run_all(settings.home, "2026-11-05", "whole", settings)
+    paths = RunPaths.create(settings.home, "2026-11-05", "whole")
+    manifest = read_json(paths.snapshot_manifest)
+    assert manifest["shard_plan"]["eligible_users"] == 7
+    manifest["shard_plan"]["eligible_users"] = 8
+    write_json(paths.snapshot_manifest, manifest)
+    with pytest.raises(ValidationFailedError, match="plan_eligible_matches_models"):
+        pipeline.validate_run(paths)
+
+
+def test_gc_leaves_a_run_in_progress_alone(settings):
+    """An old run (2026-10-01, past run_retention_days on 2026-12-01) held by another process
+    stays; once that process is gone, gc removes it."""
+    from recs.nightly.retention import collect_garbage
+
+    run_dir = settings.home / "runs" / "2026-10-01" / "old"
+    run_dir.mkdir(parents=True)
+    stamp = dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp()
+    os.utime(run_dir, (stamp, stamp))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(settings.home), "2026-10-01", "old"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for path in (run_dir, run_dir / ".lock"):
+            os.utime(path, (stamp, stamp))
+        kept = collect_garbage(settings, today=dt.date(2026, 12, 1))
+        assert kept["removed"]["runs"] == [] and run_dir.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    removed = collect_garbage(settings, today=dt.date(2026, 12, 1))
+    assert removed["removed"]["runs"] == ["2026-10-01/old"] and not run_dir.exists()

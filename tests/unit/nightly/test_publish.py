@@ -70,7 +70,12 @@ def test_publish_writes_a_complete_version_and_points_current(tmp_path):
     linked = published / "night_1" / "shard_id=002" / "recommendations.parquet"
     assert linked.stat().st_ino == paths.shard_output(2).stat().st_ino
     # only the lock file and CURRENT besides the version: no staging left behind
-    assert sorted(p.name for p in published.iterdir()) == [".lock", "CURRENT", "night_1"]
+    assert sorted(p.name for p in published.iterdir()) == [
+        ".history.jsonl",
+        ".lock",
+        "CURRENT",
+        "night_1",
+    ]
 
 
 def test_publish_refuses_an_unvalidated_run(tmp_path):
@@ -167,6 +172,7 @@ def test_rerun_with_new_output_replaces_only_its_own_version(tmp_path, monkeypat
     scores = recommendations_for(settings.published_dir, 6, version="night_1")["score"].to_list()
     assert scores == [0.45, 0.25]
     assert sorted(p.name for p in settings.published_dir.iterdir()) == [
+        ".history.jsonl",
         ".lock",
         "CURRENT",
         "night_1",
@@ -204,28 +210,39 @@ def test_crash_while_staging_leaves_no_visible_partial_version(tmp_path, monkeyp
     publish_run(night_1, settings)
     night_2, _ = validated_run(home, "night_2", snapshot_date=DAY_2)
 
-    real_link_or_copy = publish_module._link_or_copy
+    real_link_or_copy = publish_module.link_or_copy
     calls = []
 
-    def failing_link_or_copy(source, target):
+    def failing_link_or_copy(source, target, **options):
         calls.append(target)
         if len(calls) == 3:
             raise OSError(errno.EIO, "disk on fire")
-        real_link_or_copy(source, target)
+        real_link_or_copy(source, target, **options)
 
-    monkeypatch.setattr(publish_module, "_link_or_copy", failing_link_or_copy)
+    monkeypatch.setattr(publish_module, "link_or_copy", failing_link_or_copy)
     with pytest.raises(OSError, match="disk on fire"):
         publish_run(night_2, settings)
     published = settings.published_dir
-    assert sorted(p.name for p in published.iterdir()) == [".lock", "CURRENT", "night_1"]
+    assert sorted(p.name for p in published.iterdir()) == [
+        ".history.jsonl",
+        ".lock",
+        "CURRENT",
+        "night_1",
+    ]
     assert current_version(published) == "night_1"
 
     leftover = published / ".night_2.staging" / "shard_id=000"
     leftover.mkdir(parents=True)  # as if the process had been killed mid-way
     assert [v["run_id"] for v in list_versions(published)] == ["night_1"]
-    monkeypatch.setattr(publish_module, "_link_or_copy", real_link_or_copy)
+    monkeypatch.setattr(publish_module, "link_or_copy", real_link_or_copy)
     assert publish_run(night_2, settings)["current"] is True
-    assert sorted(p.name for p in published.iterdir()) == [".lock", "CURRENT", "night_1", "night_2"]
+    assert sorted(p.name for p in published.iterdir()) == [
+        ".history.jsonl",
+        ".lock",
+        "CURRENT",
+        "night_1",
+        "night_2",
+    ]
 
 
 def test_copies_when_hard_links_are_impossible(tmp_path, monkeypatch):

@@ -9,9 +9,12 @@ weights 0.7 + 0.3 (score_max 1.0). Users sit in the shard ``shard_of`` gives the
     shard 2: user 2 -> 12, 13, 14 (ranks 1..3)
     shard 3: user 1 -> 10 (rank 1); user 8 -> 12, 13 (ranks 1, 2)
 
-9 rows, 5 users. Exclusions: 6 excludes 15 (following) and 16 (blocked), 2 excludes 15 (muted),
-1 excludes 12 (dismissed); shard 1 has no exclusion folder. Candidate profiles: accounts 1..31,
-all active and discoverable except 17 (suspended) and 18 (not discoverable).
+9 rows, 5 users. Eligible tonight (``exports/eligible_users``): those 5 and 3 (shard 2), 5
+(shard 1), 7 (shard 0), so 5 of 8 eligible users have a list (share 0.625). Exclusions: 6
+excludes 15 (following) and 16 (blocked), 2 excludes 15 (muted), 1 excludes 12 (dismissed);
+shard 1 has no exclusion folder. Candidate profiles: accounts 1..31, all active and
+discoverable except 17 (suspended) and 18 (not discoverable). Nothing is published, so the two
+change checks are skipped (``test_gate_outcomes`` compares with a published version).
 
 Every check passes on it; each poisoning below breaks one rule and must fail exactly the
 expectation(s) named, derived by hand in its comment.
@@ -51,7 +54,10 @@ GOOD_ROWS: dict[int, list[tuple]] = {
     3: [(1, 10, 2, 0.4, 1, [28, 29]), (8, 12, 2, 0.3, 1, [30, 31]), (8, 13, 2, 0.2, 2, [30, 31])],
 }
 EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
-CHECK_COUNT = 40  # 19 recommendations + 7 rules + 4 users + 10 shards
+ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
+# 2 run (the share, the plan's eligible count; 2 change checks skipped) + 20 recommendations
+# + 7 rules + 5 users + 7 shards
+CHECK_COUNT = 41
 
 
 def gate_settings(home: Path, **overrides) -> Settings:
@@ -106,14 +112,32 @@ def rewrite_shard(paths: RunPaths, shard_id: int, change: Callable[[pl.DataFrame
     write_shard(paths, shard_id, change(pl.read_parquet(paths.shard_output(shard_id))))
 
 
+def write_eligible(paths: RunPaths, user_ids: list[int], shard_count: int = 4) -> None:
+    """``exports/eligible_users/shard_id=N/data_0.parquet`` as dbt writes it (no empty shard
+    folders)."""
+    folder = paths.exports_dir / "eligible_users"
+    shutil.rmtree(folder, ignore_errors=True)
+    for user_id in user_ids:
+        part = folder / f"shard_id={shard_of(user_id, shard_count)}"
+        part.mkdir(parents=True, exist_ok=True)
+    for part in folder.glob("shard_id=*"):
+        shard_id = int(part.name.split("=")[1])
+        ids = [u for u in user_ids if shard_of(u, shard_count) == shard_id]
+        pl.DataFrame({"user_id": ids}, schema=EXPORT_SCHEMAS["eligible_users"]).write_parquet(
+            part / "data_0.parquet"
+        )
+
+
 def write_good_run(
     home: Path,
     run_id: str = RUN_ID,
     rows: dict[int, list[tuple]] | None = None,
     snapshot_date: dt.date = SNAPSHOT_DATE,
+    eligible: list[int] | None = None,
     **overrides,
 ) -> tuple[RunPaths, Settings]:
-    """Write the docstring's run (shard outputs, manifests, exports) under ``home``."""
+    """Write the docstring's run (shard outputs, manifests, exports, a stand-in for the
+    graph's ``meta.json``) under ``home``."""
     settings = gate_settings(home, **overrides)
     paths = RunPaths.create(home, snapshot_date, run_id)
     rows = GOOD_ROWS if rows is None else rows
@@ -121,6 +145,9 @@ def write_good_run(
         shard_rows = rows.get(shard_id, [])
         assert all(shard_of(r[0], settings.shard_count) == shard_id for r in shard_rows)
         write_shard(paths, shard_id, recommendation_frame(paths, shard_rows))
+    write_eligible(paths, ELIGIBLE if eligible is None else eligible, settings.shard_count)
+    paths.graph_dir.mkdir(parents=True, exist_ok=True)
+    (paths.graph_dir / "meta.json").write_text("{}")
     exclusions = pl.DataFrame(
         EXCLUSIONS, schema=EXPORT_SCHEMAS["follow_exclusions"], orient="row"
     ).with_columns(shard_id=pl.col("user_id").map_elements(lambda u: shard_of(u, 4), pl.Int64))
@@ -158,25 +185,34 @@ def good_run(tmp_path):
 
 
 def test_good_run_passes_and_saves_results(good_run, capfd):
-    """All 40 checks pass; results.json lists each with success and unexpected counts;
+    """All 41 checks pass; results.json lists each with success and unexpected counts;
     summary.json carries the counts (9 rows, 5 users) and a sha256 per shard; GX is quiet."""
     paths, settings = good_run
     result = validate_run(paths, settings)
-    assert result["success"] is True
+    assert result["success"] is True and result["outcome"] == "passed"
     assert result["evaluated"] == CHECK_COUNT
-    assert (result["rows"], result["users"]) == (9, 5)
+    assert (result["rows"], result["users"], result["eligible_users"]) == (9, 5, 8)
+    assert result["computed_shards"] == [0, 1, 2, 3] and result["failed_shards"] == []
 
     summary = json.loads((paths.validation_dir / "summary.json").read_text())
     assert summary["success"] is True and summary["failed"] == []
+    assert summary["outcome"] == "passed" and summary["errored"] == []
     assert summary["evaluated"] == CHECK_COUNT
     assert summary["generated_at"] == "2026-11-02T00:00:00"
-    assert [(s["shard_id"], s["rows"], s["users"]) for s in summary["shards"]] == [
-        (0, 2, 1),
-        (1, 1, 1),
-        (2, 3, 1),
-        (3, 3, 2),
+    assert [(s["shard_id"], s["status"], s["rows"], s["users"]) for s in summary["shards"]] == [
+        (0, "computed", 2, 1),
+        (1, "computed", 1, 1),
+        (2, "computed", 3, 1),
+        (3, "computed", 3, 2),
     ]
     assert all(len(s["sha256"]) == 64 for s in summary["shards"])
+    # nothing published: the comparison is recorded as skipped, with the reason, not passed
+    assert summary["compared_with"] is None
+    assert [s["name"] for s in summary["skipped"]] == [
+        "users_change_within_bounds",
+        "rows_change_within_bounds",
+    ]
+    assert all("nothing is published yet" in s["reason"] for s in summary["skipped"])
 
     results = json.loads((paths.validation_dir / "results.json").read_text())
     checks = {e["name"]: e for c in results["checkpoints"] for e in c["expectations"]}
@@ -184,7 +220,10 @@ def test_good_run_passes_and_saves_results(good_run, capfd):
     assert checks["no_excluded_candidate"]["success"] is True
     assert checks["no_excluded_candidate"]["result"]["unexpected_count"] == 0
     assert checks["no_excluded_candidate"]["result"]["element_count"] == 9
+    assert checks["list_share_at_least_min"]["result"]["element_count"] == 1
+    assert results["skipped"] == summary["skipped"]
     assert [c["batch"] for c in results["checkpoints"]] == [
+        "run",
         "recommendations",
         "recommendation_rules",
         "users",
@@ -204,10 +243,62 @@ def test_results_are_identical_on_rerun(good_run):
     assert first == second
 
 
-def test_run_with_no_recommendations_passes(tmp_path):
-    """Every planned shard present but empty (typed, 0 rows): nothing is wrong."""
+def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, caplog):
+    """GX's own HTML Data Docs of the five checkpoints land in validation/data_docs/ (one
+    validation page per suite, the index linking them); the task log line names results.json and
+    the index; a rerun replaces the site whole; a failed run's docs show the failed check."""
+    paths, settings = good_run
+    with caplog.at_level("INFO", logger="recs.nightly.validation"):
+        result = validate_run(paths, settings)
+    index = paths.validation_dir / "data_docs" / "index.html"
+    assert result["data_docs"] == str(index) and index.is_file()
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    assert results["data_docs"] == str(index)
+    pages = sorted((paths.validation_dir / "data_docs" / "validations").rglob("*.html"))
+    validations = paths.validation_dir / "data_docs" / "validations"
+    suites = [page.relative_to(validations).parts[0] for page in pages]
+    batches = ("run", "recommendations", "recommendation_rules", "users", "shards")
+    assert suites == sorted(f"recs_{batch}" for batch in batches)
+    assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
+    line = next(r.getMessage() for r in caplog.records if "expectations passed" in r.getMessage())
+    assert f"{CHECK_COUNT} of {CHECK_COUNT} expectations passed" in line
+    assert str(paths.validation_dir / "results.json") in line and str(index) in line
+
+    (paths.validation_dir / "data_docs" / "stale.html").write_text("left by an earlier attempt")
+    rewrite_shard(paths, 0, _set("rank", 7, where=_row(6, 2)))
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+    assert f"Data Docs: {index}" in str(raised.value)
+    assert not (paths.validation_dir / "data_docs" / "stale.html").exists()
+    users_page = next((paths.validation_dir / "data_docs" / "validations" / "recs_users").rglob(
+        "*.html"))  # fmt: skip
+    assert "Failed" in users_page.read_text() or "failed" in users_page.read_text()
+    assert not [p for p in paths.validation_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_run_with_no_recommendations_fails(tmp_path):
+    """Every planned shard computed but empty (typed, 0 rows) while 8 users are eligible: the
+    gate cannot pass on nothing (0 rows < 1; 0 of 8 users with a list < 0.05)."""
     paths, settings = write_good_run(tmp_path / "home", rows={})
-    assert validate_run(paths, settings)["rows"] == 0
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+    assert raised.value.exit_code == 3
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["outcome"] == "failed"
+    assert set(summary["failed"]) == {"rows_at_least_one", "list_share_at_least_min"}
+    assert (summary["rows"], summary["users"], summary["eligible_users"]) == (0, 0, 8)
+
+
+def test_too_few_users_with_lists_fail_the_share_check(tmp_path):
+    """5 of 8 eligible users (0.625) have a list: below a minimum share of 0.7."""
+    paths, settings = write_good_run(tmp_path / "home", gate_min_list_share=0.7)
+    with pytest.raises(ValidationFailedError, match="list_share_at_least_min"):
+        validate_run(paths, settings)
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["failed"] == ["list_share_at_least_min"]
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    check = next(e for e in results["checkpoints"][0]["expectations"])
+    assert check["result"]["partial_unexpected_list"] == [0.625]
 
 
 def _set(column: str, value, *, where: pl.Expr) -> Callable[[pl.DataFrame], pl.DataFrame]:
@@ -222,16 +313,8 @@ def _row(user_id: int, rank: int) -> pl.Expr:
     return (pl.col("user_id") == user_id) & (pl.col("rank") == rank)
 
 
-def _poison_missing_shard(paths):
-    shutil.rmtree(paths.shard_dir(2))
-
-
-def _poison_extra_shard(paths):
-    write_shard(paths, 4, recommendation_frame(paths, []))
-
-
-def _poison_missing_manifest(paths):
-    paths.shard_manifest(1).unlink()
+def _poison_manifest_unreadable(paths):
+    paths.shard_manifest(1).write_text("{not json")
 
 
 def _poison_manifest_rows(paths):
@@ -283,10 +366,11 @@ POISONINGS = {
         lambda p: rewrite_shard(p, 1, _set("mutual_count", 1, where=_row(4, 1))),
         {"mutual_count_at_least_min"},
     ),
-    # shard_id=002 gone: shard ids found {0, 1, 3} != planned {0, 1, 2, 3}.
-    "missing_shard": (_poison_missing_shard, {"planned_shards_present"}),
-    # shard_id=004 exists (valid, empty): found {0..4} != planned {0..3}.
-    "extra_shard": (_poison_extra_shard, {"planned_shards_present"}),
+    # user 8 (shard 3, 2 rows) is no longer eligible tonight but has a list.
+    "user_not_eligible": (
+        lambda p: write_eligible(p, [1, 2, 3, 4, 5, 6, 7]),
+        {"user_is_eligible"},
+    ),
     # (6, 11) -> (6, 17): 17 is suspended.
     "suspended_candidate": (
         lambda p: rewrite_shard(p, 0, _set("candidate_id", 17, where=_row(6, 2))),
@@ -339,7 +423,8 @@ POISONINGS = {
         lambda p: rewrite_shard(p, 2, lambda f: f.reverse()),
         {"shard_sorted_by_user_rank"},
     ),
-    "missing_manifest": (_poison_missing_manifest, {"shard_manifest_present"}),
+    # the manifest is there but not JSON: the shard counts as computed, and is not trusted.
+    "manifest_unreadable": (_poison_manifest_unreadable, {"shard_manifest_readable"}),
     # manifest says 7 rows, file has 3.
     "manifest_rows_wrong": (_poison_manifest_rows, {"manifest_rows_match_output"}),
     # garbage bytes: the file is not read, so only readability fails.
@@ -397,7 +482,7 @@ def test_derived_frames_by_hand(good_run):
     """
     paths, settings = good_run
     rewrite_shard(paths, 0, _set("candidate_id", 15, where=_row(6, 2)))
-    outputs = read_shard_outputs(paths)
+    outputs = read_shard_outputs(paths, settings.shard_count)
     conformed = outputs.union.select(*RECOMMENDATION_SCHEMA, "shard_id")
     users = user_rank_stats(conformed, settings.shard_count)
     assert users.rows() == [
@@ -415,3 +500,4 @@ def test_derived_frames_by_hand(good_run):
     assert rules.get_column("followed_by_length").to_list() == [2, 2, 2, 2, 1, 2, 2, 2, 2]
     assert outputs.shards.get_column("shard_id").to_list() == [0, 1, 2, 3]
     assert outputs.shards.get_column("file_rows").to_list() == [2, 1, 3, 3]
+    assert (outputs.computed, outputs.failed) == ([0, 1, 2, 3], [])

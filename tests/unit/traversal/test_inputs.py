@@ -66,15 +66,21 @@ def test_packed_sort_path_equals_the_exact_order():
     expected = [value for _, value in sorted(set(zip(keys, values, strict=True)))]
     for cap in (41, 10):
         ptr, out = _capped_rows(
-            np.zeros(41, dtype=np.int64), np.array(keys, dtype=np.uint64),
-            np.array(values, dtype=np.int32), 1, cap,
+            np.zeros(41, dtype=np.int64),
+            np.array(keys, dtype=np.uint64),
+            np.array(values, dtype=np.int32),
+            1,
+            cap,
         )
         assert out.tolist() == expected[:cap]
     assert expected.index(30) < expected.index(3)
     # without the colliding pair the packed path alone must give the same order
     ptr, out = _capped_rows(
-        np.zeros(39, dtype=np.int64), np.array(keys[:39], dtype=np.uint64),
-        np.array(values[:39], dtype=np.int32), 1, 50,
+        np.zeros(39, dtype=np.int64),
+        np.array(keys[:39], dtype=np.uint64),
+        np.array(values[:39], dtype=np.int32),
+        1,
+        50,
     )
     assert out.tolist() == [v for _, v in sorted(set(zip(keys[:39], values[:39], strict=True)))]
 
@@ -98,8 +104,16 @@ def test_shard_lists_builds_first_hop_and_exclusions_in_one_pass():
     dense = np.array([0, 1, 2, 3, -1, 0, 0, 0])
     active = np.array([True, True, False, True, True, True, True, True])
     hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(
-        positions, followers, followees, dense, active,
-        np.array([1, -1, 0]), np.array([2, 1, -1]), 2, 5, SEED,
+        positions,
+        followers,
+        followees,
+        dense,
+        active,
+        np.array([1, -1, 0]),
+        np.array([2, 1, -1]),
+        2,
+        5,
+        SEED,
     )
     first = [{10: 0, 11: 1}[f] for f in capped_follows(1, [10, 11], 5, SEED)]
     assert hop1_ptr.tolist() == [0, 2, 3]
@@ -112,12 +126,29 @@ def test_shard_lists_builds_first_hop_and_exclusions_in_one_pass():
     muted = exclusion_codes(pl.Series(["muted", "blocked", None]))
     assert muted.tolist() == [6, 4, OTHER_EXCLUSION]
     *_, excl_reasons = shard_lists(
-        positions, followers, followees, dense, active,
-        np.array([1, -1, 0]), np.array([2, 1, -1]), 2, 5, SEED, extra_reasons=muted,
+        positions,
+        followers,
+        followees,
+        dense,
+        active,
+        np.array([1, -1, 0]),
+        np.array([2, 1, -1]),
+        2,
+        5,
+        SEED,
+        extra_reasons=muted,
     )
     assert excl_reasons.tolist() == followed + [muted[0]]
     _, capped, _, _, _ = shard_lists(
-        positions, followers, followees, dense, active, np.zeros(0, np.int64),
-        np.zeros(0, np.int64), 2, 1, SEED,
+        positions,
+        followers,
+        followees,
+        dense,
+        active,
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        2,
+        1,
+        SEED,
     )
     assert capped.tolist() == [first[0], 0]

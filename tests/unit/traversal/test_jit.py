@@ -43,14 +43,21 @@ def test_changing_a_stage_module_recompiles_the_cached_kernel(tmp_path):
     of the first run. Scores: 0.7 * 2/25 + 0.3 * 1 = 0.356; with the stage edited to add 1.0,
     1.356. Numba alone keys the kernel's cache on kernel.py only and would print 0.356 again."""
     package = tmp_path / "recs"
-    shutil.copytree(Path(recs.__file__).parent, package,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(recs.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__")
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": ""}
     env.pop("NUMBA_DISABLE_JIT", None)
 
     def scores() -> list[float]:
-        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                              text=True, check=False, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr
         return [round(score, 12) for score in json.loads(done.stdout)]
 

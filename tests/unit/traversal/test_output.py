@@ -21,9 +21,13 @@ def test_empty_shard_writes_an_empty_typed_file(tmp_path):
     assert frame.height == 0
     assert dict(frame.schema) == RECOMMENDATION_SCHEMA
     assert list(frame.columns) == list(RECOMMENDATION_SCHEMA)
-    assert {k: manifest[k] for k in ("users_in", "users_with_recommendations", "rows",
-                                     "traversals")} == {
-        "users_in": 0, "users_with_recommendations": 0, "rows": 0, "traversals": 0,
+    assert {
+        k: manifest[k] for k in ("users_in", "users_with_recommendations", "rows", "traversals")
+    } == {
+        "users_in": 0,
+        "users_with_recommendations": 0,
+        "rows": 0,
+        "traversals": 0,
     }
 
 

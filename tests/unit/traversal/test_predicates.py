@@ -52,9 +52,14 @@ def test_mutual_counts_and_every_pre_rank_filter(tmp_path):
         (1, 20, 3, 0.384, 1, [10, 12, 11]),
         (1, 21, 2, 0.206, 2, [10, 11]),
     ]
-    assert {k: manifest[k] for k in ("users_in", "users_with_recommendations", "rows",
-                                     "traversals", "first_hop_edges")} == {
-        "users_in": 1, "users_with_recommendations": 1, "rows": 2, "traversals": 28,
+    assert {
+        k: manifest[k]
+        for k in ("users_in", "users_with_recommendations", "rows", "traversals", "first_hop_edges")
+    } == {
+        "users_in": 1,
+        "users_with_recommendations": 1,
+        "rows": 2,
+        "traversals": 28,
         "first_hop_edges": 3,
     }
     assert read_json(paths.shard_manifest(0))["traversals"] == 28
@@ -98,10 +103,19 @@ def test_stage_counts_of_every_pre_rank_filter(tmp_path):
     1 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 2 = 15."""
     paths, manifest, frame = run(exclusion_graph(), settings_for(tmp_path))
     expected = {
-        **NO_DROPS, "candidates": 15, "dropped_self": 1, "dropped_following": 1,
-        "dropped_pending": 1, "dropped_blocked": 1, "dropped_blocked_by": 1, "dropped_muted": 1,
-        "dropped_dismissed": 1, "dropped_below_min_mutual_count": 3,
-        "dropped_not_recommendable": 3, "scored": 2, "kept": 2,
+        **NO_DROPS,
+        "candidates": 15,
+        "dropped_self": 1,
+        "dropped_following": 1,
+        "dropped_pending": 1,
+        "dropped_blocked": 1,
+        "dropped_blocked_by": 1,
+        "dropped_muted": 1,
+        "dropped_dismissed": 1,
+        "dropped_below_min_mutual_count": 3,
+        "dropped_not_recommendable": 3,
+        "scored": 2,
+        "kept": 2,
     }
     assert manifest["stage_counts"] == expected
     assert read_json(paths.shard_manifest(0))["stage_counts"] == expected
@@ -117,15 +131,29 @@ def test_an_account_excluded_for_several_reasons_counts_under_the_first(tmp_path
     nowhere). So muted 2 (29, 23), below min_mutual_count 2 (22, 26), other_exclusion 1 (20),
     scored and kept 1 (21); still 15 candidates."""
     fixture = exclusion_graph()
-    fixture.exclusions += [(1, 11, "muted"), (1, 27, "dismissed"), (1, 23, "muted"),
-                           (1, 20, "reported"), (1, 10, "dismissed")]
+    fixture.exclusions += [
+        (1, 11, "muted"),
+        (1, 27, "dismissed"),
+        (1, 23, "muted"),
+        (1, 20, "reported"),
+        (1, 10, "dismissed"),
+    ]
     _, manifest, frame = run(fixture, settings_for(tmp_path))
     assert frame["candidate_id"].to_list() == [21]
     assert manifest["stage_counts"] == {
-        **NO_DROPS, "candidates": 15, "dropped_self": 1, "dropped_following": 1,
-        "dropped_pending": 1, "dropped_blocked": 1, "dropped_blocked_by": 1, "dropped_muted": 2,
-        "dropped_dismissed": 1, "dropped_other_exclusion": 1,
-        "dropped_below_min_mutual_count": 2, "dropped_not_recommendable": 3, "scored": 1,
+        **NO_DROPS,
+        "candidates": 15,
+        "dropped_self": 1,
+        "dropped_following": 1,
+        "dropped_pending": 1,
+        "dropped_blocked": 1,
+        "dropped_blocked_by": 1,
+        "dropped_muted": 2,
+        "dropped_dismissed": 1,
+        "dropped_other_exclusion": 1,
+        "dropped_below_min_mutual_count": 2,
+        "dropped_not_recommendable": 3,
+        "scored": 1,
         "kept": 1,
     }
 
@@ -148,7 +176,10 @@ def test_stage_counts_of_the_cut_and_the_take(tmp_path):
     )
     assert frame["candidate_id"].to_list() == [51]
     assert manifest["stage_counts"] == {
-        **NO_DROPS, "candidates": 4, "cut_by_max_candidates_to_score": 2, "scored": 2,
+        **NO_DROPS,
+        "candidates": 4,
+        "cut_by_max_candidates_to_score": 2,
+        "scored": 2,
         "kept": 1,
     }
     _, manifest, _ = run(cut_graph(), settings_for(tmp_path / "all"))
@@ -169,3 +200,15 @@ def test_an_account_that_is_not_active_is_no_ones_first_hop(tmp_path):
     paths, manifest, frame = run(Fixture(users, edges), settings_for(tmp_path))
     assert rows(frame) == [(1, 20, 2, 0.356, 1, order)]
     assert (manifest["traversals"], manifest["first_hop_edges"]) == (2, 2)
+
+
+def test_traversals_through_hubs_are_counted(tmp_path):
+    """User 1 follows 10 and 11; 10 follows 20 21 22 (3 entries), 11 follows 20 (1). With 10 a
+    hub, 3 of the shard's 4 traversals go through a hub; with no hub, 0."""
+    users = only_user_1([10, 11, 20, 21, 22])
+    edges = [(1, 10, "active"), (1, 11, "active"), (10, 20, "active"), (10, 21, "active"),
+             (10, 22, "active"), (11, 20, "active")]  # fmt: skip
+    _, with_hub, _ = run(Fixture(users, edges, hubs=[10]), settings_for(tmp_path / "a"))
+    _, without, _ = run(Fixture(users, edges), settings_for(tmp_path / "b"))
+    assert (with_hub["traversals"], with_hub["hub_traversals"]) == (4, 3)
+    assert without["hub_traversals"] == 0

@@ -51,7 +51,11 @@ def test_score_ties_break_by_mutual_count_then_candidate_id(tmp_path):
     assert capped_follows(10, [39, 40, 41], 3, SEED) == [39, 40, 41]
     frame = run(score_tie_graph(), settings_for(tmp_path, mutual_saturation=2.0))[2]
     assert [(r[1], r[2], r[3], r[4]) for r in rows(frame)] == [
-        (40, 3, 1.0, 1), (39, 2, 1.0, 2), (41, 2, 1.0, 3), (42, 2, 1.0, 4), (38, 2, 0.85, 5),
+        (40, 3, 1.0, 1),
+        (39, 2, 1.0, 2),
+        (41, 2, 1.0, 3),
+        (42, 2, 1.0, 4),
+        (38, 2, 0.85, 5),
     ]
     frame = run(score_tie_graph(), settings_for(tmp_path / "k", mutual_saturation=2.0, top_k=2))[2]
     assert frame["candidate_id"].to_list() == [40, 39]

@@ -52,6 +52,7 @@ class Fixture:
     edges: list[tuple[int, int, str]]  # (follower_id, followee_id, status)
     exclusions: list[tuple[int, int, str]] = field(default_factory=list)  # (user, excluded, reason)
     missing_profiles: set[int] = field(default_factory=set)  # users without a profile row
+    hubs: list[int] = field(default_factory=list)  # rows of exports/hub_accounts.parquet
 
 
 #: The design document's ranking (issue 13 keeps it as a named variant): each mutual path counts
@@ -120,11 +121,10 @@ def write_run(fixture: Fixture, settings: Settings, run_id: str = "test_run") ->
     eligible = [u.user_id for u in fixture.users if u.eligible]
     _write_by_shard(
         pl.DataFrame({"user_id": eligible}, schema=EXPORT_SCHEMAS["eligible_users"]),
-        exports / "eligible_users", shards,
+        exports / "eligible_users",
+        shards,
     )
-    follow_rows = [
-        (f, t, "following" if s == "active" else "pending") for f, t, s in fixture.edges
-    ]
+    follow_rows = [(f, t, "following" if s == "active" else "pending") for f, t, s in fixture.edges]
     exclusion_rows = follow_rows + list(fixture.exclusions)
     exclusions = pl.DataFrame(
         {
@@ -147,14 +147,18 @@ def write_run(fixture: Fixture, settings: Settings, run_id: str = "test_run") ->
         .join(in_degree, left_on="candidate_id", right_on="followee_id", how="left")
         .with_columns(
             pl.col("in_degree").fill_null(0),
-            (
-                (pl.col("account_status") == "active") & pl.col("is_discoverable")
-            ).alias("is_recommendable"),
+            ((pl.col("account_status") == "active") & pl.col("is_discoverable")).alias(
+                "is_recommendable"
+            ),
         )
     )
     conform(profiles, EXPORT_SCHEMAS["candidate_profiles"]).sort("candidate_id").write_parquet(
         exports / "candidate_profiles.parquet"
     )
+    pl.DataFrame(
+        {"user_id": fixture.hubs, "in_degree": [0] * len(fixture.hubs)},
+        schema=EXPORT_SCHEMAS["hub_accounts"],
+    ).write_parquet(exports / "hub_accounts.parquet")
     return paths
 
 
@@ -183,8 +187,14 @@ def run(fixture: Fixture, settings, shard_id: int = 0):
 def rows(frame: pl.DataFrame) -> list[tuple]:
     """(user, candidate, mutual_count, score rounded to 1e-12, rank, followed_by) per row."""
     return [
-        (r["user_id"], r["candidate_id"], r["mutual_count"], round(r["score"], 12), r["rank"],
-         r["followed_by"])
+        (
+            r["user_id"],
+            r["candidate_id"],
+            r["mutual_count"],
+            round(r["score"], 12),
+            r["rank"],
+            r["followed_by"],
+        )
         for r in frame.iter_rows(named=True)
     ]
 
@@ -211,6 +221,5 @@ def exclusion_graph() -> Fixture:
         User(24, account_status="suspended", eligible=False),
         User(25, is_discoverable=False, eligible=False),
     ]
-    exclusions = [(1, 27, "blocked"), (1, 28, "blocked_by"), (1, 29, "muted"),
-                  (1, 30, "dismissed")]
+    exclusions = [(1, 27, "blocked"), (1, 28, "blocked_by"), (1, 29, "muted"), (1, 30, "dismissed")]
     return Fixture(users=users, edges=edges, exclusions=exclusions, missing_profiles={31})

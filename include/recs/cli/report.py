@@ -1,0 +1,94 @@
+"""The operator's view from a shell: ``recs report`` (one run's report) and ``recs dbt-docs``.
+
+``recs report`` prints what the Airflow plugin's run view shows (``recs.report.content``):
+stages, per-shard status and cost with the skew flag, the gate, hub traffic, dbt's results.
+``recs dbt-docs`` generates dbt's docs for a built run (``<run_dir>/dbt/docs/``, with the run's
+own ``--vars``) and, with ``--serve``, serves them (``dbt docs serve`` on that folder); without
+``--snapshot-date`` it takes the newest run, which is what ``make dbt-docs`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from recs.cli.app import JsonOpt, RunIdOpt, app, current_settings, emit, err, print_mapping
+from recs.errors import RunNotFoundError
+
+
+def _run_paths(snapshot_date: str | None, run_id: str | None):
+    from recs.nightly.runs import RunPaths
+    from recs.report.content import list_runs
+
+    home = current_settings().home
+    if snapshot_date is None:
+        newest = [r for r in list_runs(home, limit=50) if run_id in (None, r["run_id"])]
+        if not newest:
+            raise RunNotFoundError(
+                f"no run under {home}/runs: run `make demo` or `recs run --snapshot-date D` first"
+            )
+        snapshot_date, run_id = newest[0]["snapshot_date"], newest[0]["run_id"]
+    return RunPaths.find(home, snapshot_date, run_id)
+
+
+DateOpt = Annotated[
+    str | None,
+    typer.Option("--snapshot-date", help="The run's snapshot date, YYYY-MM-DD (default: newest)."),
+]
+
+
+@app.command("report")
+def report(
+    snapshot_date: DateOpt = None, run_id: RunIdOpt = None, as_json: JsonOpt = False
+) -> None:
+    """One run's report: stages, shards (status, cost, skew), the gate, hub traffic, dbt."""
+    from recs.report.content import run_report
+
+    paths = _run_paths(snapshot_date, run_id)
+    document = run_report(paths)
+
+    def render(doc: dict) -> None:
+        gate, skew = doc["gate"], doc["skew"]
+        statuses = [f"{s['shard_id']:03d} {s['status']}" for s in doc["shards"]]
+        print_mapping(
+            f"run {paths.run_id} ({paths.snapshot_date})",
+            {
+                "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed",
+                "shards": ", ".join(statuses) or "none planned",
+                "skew (over 2x median)": ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none",
+                "hub share of traversals": doc["hubs"]["share"],
+                "dbt problems": ", ".join(p["unique_id"] for p in doc["dbt"]["problems"]) or "none",
+                "Data Docs": doc["files"]["data_docs"] or "not built",
+                "dbt docs": doc["files"]["dbt_docs"] or "not generated (recs dbt-docs)",
+            },
+        )
+
+    emit(document, as_json, render)
+
+
+@app.command("dbt-docs")
+def dbt_docs(
+    snapshot_date: DateOpt = None,
+    run_id: RunIdOpt = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Serve them (dbt docs serve).")] = False,
+    port: Annotated[int, typer.Option("--port", help="Port for --serve.")] = 8081,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate dbt's docs (lineage from the snapshot sources to the exposures) for a built
+    run, into <run_dir>/dbt/docs/; --serve then serves them on --port."""
+    from recs.nightly import pipeline
+
+    paths = _run_paths(snapshot_date, run_id)
+    err.print(f"generating dbt docs for run {paths.run_id} ({paths.snapshot_date}) ...")
+    result = pipeline.dbt_docs(paths)
+    emit(result, as_json, lambda doc: print_mapping(f"dbt docs of {paths.run_id}", doc))
+    if serve:
+        from dbt.cli.main import dbtRunner
+
+        from recs.nightly.models import DOCS_TARGET, dbt_args
+        from recs.nightly.pipeline import run_settings
+
+        err.print(f"serving them on http://localhost:{port}/ (Ctrl-C stops)")
+        args = dbt_args("docs serve", paths, run_settings(paths), target=DOCS_TARGET)
+        dbtRunner().invoke([*args, "--port", str(port), "--no-browser"])

@@ -1,0 +1,301 @@
+"""One ``recs import``: read and check the whole input, then write it in one store transaction.
+
+``import_table(command, source, columns, settings, options)``:
+
+1. **read**: every batch of the source is validated (``recs.imports.validation``) and staged
+   (``recs.imports.staging``), rejects included; the live store is not touched yet. If the
+   first batch has rows and every one of them is refused for one reason (a wrong
+   ``--time-format``, a header read as data), the import stops there with ``ImportInputError``.
+2. **write** (``recs.imports.writers``): in one transaction, ``--replace`` empties the table,
+   the distinct rows go in (fresh or merged), follow counts follow, accounts the rows name but
+   the store lacks are created (``CREATED_USER_DEFAULTS``), and with ``--generate-missing``
+   the fields the input lacks are generated as ``recs load-dataset`` does
+   (``recs.imports.generation``). Commit.
+3. **report**: the rejects file (CSV, by line number) and a summary where ``rows_read =
+   loaded + updated + rejected``.
+
+A failure or a kill before the commit leaves the store as it was; the import is then simply
+run again (it never leaves part of a file behind, so nothing needs resuming).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recs.config import Settings
+from recs.errors import ImportInputError
+from recs.imports.sources import DelimitedFile, ParquetSource, Source
+from recs.imports.staging import Staging, staging_folder
+from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
+from recs.imports.validation import ParseOptions, column_mapping, validate
+from recs.imports.writers import StoreWriter, created_users_frame, open_writer
+from recs.store.bulk import prefetched
+from recs.times import wall_clock
+
+log = logging.getLogger("recs.imports.run")
+
+Progress = Callable[[str], None]
+
+ATOMICITY = (
+    "one transaction: a failed or interrupted import leaves the store as it was; run it again"
+)
+"""What the summary says about an interrupted import (``atomicity``)."""
+
+_REFUSED_COLUMN_REASONS = (
+    "non_integer_id",
+    "bad_timestamp",
+    "unknown_status",
+    "bad_boolean",
+    "malformed_line",
+)
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to import: ``replace`` the table's rows, ``update_existing`` users the store holds
+    (users only), ``generate_missing`` fields as ``recs load-dataset`` does (edges only, from
+    ``seed``), where to write ``rejects`` (default ``RECS_HOME/imports/<command>-<UTC
+    time>.rejects.csv``) and how to ``parse`` values."""
+
+    replace: bool = False
+    update_existing: bool = False
+    generate_missing: bool = False
+    seed: int | None = None
+    rejects: Path | None = None
+    parse: ParseOptions = field(default_factory=ParseOptions)
+
+
+def parse_options(
+    settings: Settings, *, time_format: str = "iso", default_time: dt.datetime | None = None
+) -> ParseOptions:
+    """``ParseOptions`` with the latest accepted time ``RECS_INGEST_MAX_FUTURE_SECONDS`` after
+    this machine's clock (as ``recs ingest`` bounds event times)."""
+    latest = wall_clock() + dt.timedelta(seconds=settings.ingest_max_future_seconds)
+    return ParseOptions(
+        time_format=time_format, default_time=default_time or DEFAULT_TIME, latest_time=latest
+    )
+
+
+def import_table(
+    command: str,
+    source: Source,
+    columns: dict[str, str | None],
+    settings: Settings,
+    options: ImportOptions | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Import ``source`` into the table of ``recs import <command>`` (module docstring).
+
+    ``columns``: store column -> source column (the ``--<column>-col`` options; None or absent:
+    by name, or by position in a headerless file). Returns a JSON-able summary: ``command,
+    table, source, store`` (backend, URL), ``mode`` (fresh or merge), ``rows_read, loaded,
+    updated, rejected, rejected_by_reason, users_created, follow_counts, generated,
+    rejects_file, balanced, atomicity, seconds, rows_per_second, timings``.
+
+    Raises ``ImportInputError`` (bad input or options, nothing written) and ``LiveStoreError``
+    (the store cannot be opened or written; nothing written).
+    """
+    options = options or ImportOptions()
+    spec = IMPORT_TABLES[command]
+    if options.update_existing and spec.table != "users":
+        raise ImportInputError("--update-existing applies to recs import users only")
+    if options.generate_missing and spec.table != "follow_edges":
+        raise ImportInputError("--generate-missing applies to recs import edges only")
+    mapping = column_mapping(spec, source, columns)
+    if isinstance(source, ParquetSource):
+        source.wanted = sorted({name for name in mapping.values() if name is not None})
+    if isinstance(source, DelimitedFile):
+        source.integer_columns = {mapping[name] for name in spec.id_columns}
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    with (
+        staging_folder(settings.home / "tmp") as folder,
+        Staging(spec, folder, memory_mb=settings.import_memory_mb) as staging,
+    ):
+        rows_read = _read(source, spec, mapping, options.parse, staging, progress)
+        timings["read"] = time.perf_counter() - started
+        with open_writer(settings.live_store_url) as writer:
+            written = _write(writer, spec, mapping, staging, options, progress)
+            t0 = time.perf_counter()
+            writer.commit()
+            timings["commit"] = time.perf_counter() - t0
+        timings["write"] = time.perf_counter() - started - timings["read"]
+        by_reason = staging.rejected_by_reason()
+        rejected = sum(by_reason.values())
+        rejects_file = None
+        if rejected:
+            rejects_file = options.rejects or _default_rejects_path(settings, command)
+            staging.write_rejects(rejects_file)
+    seconds = time.perf_counter() - started
+    summary = {
+        "command": command,
+        "table": spec.table,
+        "source": source.name,
+        "store": {"backend": writer.backend, "url": writer.where},
+        "rows_read": rows_read,
+        **written,
+        "rejected": rejected,
+        "rejected_by_reason": {r: by_reason[r] for r in REJECT_REASONS if r in by_reason},
+        "rejects_file": str(rejects_file) if rejects_file else None,
+        "balanced": rows_read == written["loaded"] + written["updated"] + rejected,
+        "atomicity": ATOMICITY,
+        "seconds": round(seconds, 3),
+        "rows_per_second": round(rows_read / seconds) if seconds > 0 else None,
+        "timings": {name: round(value, 3) for name, value in timings.items()},
+    }
+    log.info("imported %s: %s", command, summary)
+    return summary
+
+
+def _default_rejects_path(settings: Settings, command: str) -> Path:
+    stamp = wall_clock().strftime("%Y%m%dT%H%M%S%fZ")
+    return settings.home / "imports" / f"{command}-{stamp}.rejects.csv"
+
+
+def _read(
+    source: Source,
+    spec: ImportTable,
+    mapping: dict[str, str | None],
+    parse: ParseOptions,
+    staging: Staging,
+    progress: Progress | None,
+) -> int:
+    """Validate and stage every batch; returns the rows read (accepted + rejected)."""
+    rows = 0
+    rejected = 0
+    first = True
+    checked = (
+        (validate(batch, spec, mapping, parse), batch) for batch in source.batches()
+    )  # parsed and checked in a helper thread while the previous batch is staged
+    for (accepted, rejects), _batch in prefetched(checked):
+        if first and accepted.height + rejects.height:
+            _refuse_a_wrong_column(source, accepted, rejects)
+            first = False
+        staging.add(accepted, rejects)
+        rows += accepted.height + rejects.height
+        rejected += rejects.height
+        if progress is not None:
+            progress(f"read {rows:,} rows of {source.name} ({rejected:,} rejected so far)")
+    return rows
+
+
+def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.DataFrame) -> None:
+    """``ImportInputError`` if every row of the first batch was refused for the same reason
+    (the column options, ``--time-format`` or ``--header`` do not fit the input)."""
+    if accepted.height or rejects.height < 1:
+        return
+    reasons = set(rejects["reason"].to_list())
+    if len(reasons) != 1 or (reason := reasons.pop()) not in _REFUSED_COLUMN_REASONS:
+        return
+    example = rejects.row(0, named=True)
+    raise ImportInputError(
+        f"nothing imported: all {rejects.height:,} rows of the first batch of {source.name} "
+        f"were rejected as {reason}, e.g. line {example['line_number']:,}: {example['detail']} "
+        "(check the --<column>-col options, --time-format and --header/--no-header)"
+    )
+
+
+def _write(
+    writer: StoreWriter,
+    spec: ImportTable,
+    mapping: dict[str, str | None],
+    staging: Staging,
+    options: ImportOptions,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """Everything that happens inside the store's transaction (module docstring, step 2)."""
+    if options.replace:
+        writer.clear(spec)
+    fresh = writer.is_empty(spec.table)
+    creates_users = spec.table != "users"
+    users_fresh = creates_users and writer.is_empty("users")
+    times_given = bool(spec.time_columns) and mapping.get(spec.time_columns[0]) is not None
+    is_edges = spec.table == "follow_edges"
+    result: dict[str, Any] = {
+        "mode": "fresh" if fresh else "merge",
+        "replace": options.replace,
+        "loaded": 0,
+        "updated": 0,
+        "users_created": 0,
+        "follow_counts": None,
+        "generated": [],
+    }
+    if options.generate_missing:
+        from recs.imports.generation import write_generated
+
+        result.update(
+            write_generated(
+                writer,
+                staging,
+                fresh=fresh,
+                users_fresh=users_fresh,
+                times_given=times_given,
+                status_given=mapping.get("status") is not None,
+                seed=options.seed,
+                default_time=options.parse.default_time,
+                progress=progress,
+            )
+        )
+        return result
+    frames = staging.distinct_rows(
+        users_of=spec.id_columns if creates_users else (),
+        counts=is_edges and fresh,
+        times_given=times_given,
+    )
+    reverse = None
+    if is_edges and fresh and writer.backend == "postgresql":
+
+        def reverse() -> Iterator[pl.DataFrame]:
+            return staging.reverse_rows(["followee_id", "follower_id", "created_at", "status"])
+
+    loaded = writer.load(
+        spec,
+        frames,
+        fresh=fresh,
+        update_existing=options.update_existing,
+        reverse=reverse,
+        progress=progress,
+    )
+    result["loaded"], result["updated"] = loaded.inserted, loaded.updated
+    if loaded.existing is not None and loaded.existing.height:
+        staging.add_rejects(_already_in_store(spec, loaded.existing))
+    if is_edges and fresh:
+        result["follow_counts"] = writer.set_follow_counts(staging.follow_counts(), progress)
+    if creates_users:
+        default_time = options.parse.default_time
+        result["users_created"] = writer.create_users(
+            (created_users_frame(part, default_time) for part in staging.user_summary()),
+            fresh=users_fresh,
+            progress=progress,
+        )
+    return result
+
+
+def _already_in_store(spec: ImportTable, existing: pl.DataFrame) -> pl.DataFrame:
+    key = spec.key
+    details = [
+        "the store already holds " + ", ".join(f"{k} {v}" for k, v in zip(key, values, strict=True))
+        for values in existing.select(list(key)).iter_rows()
+    ]
+    return pl.DataFrame(
+        {
+            "line_number": existing["line_number"],
+            "reason": ["already_in_store"] * existing.height,
+            "detail": details,
+            "line": [None] * existing.height,
+        },
+        schema={
+            "line_number": pl.Int64,
+            "reason": pl.String,
+            "detail": pl.String,
+            "line": pl.String,
+        },
+    )

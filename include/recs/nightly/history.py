@@ -1,0 +1,97 @@
+"""The publish history: every change of ``CURRENT``, in order, and the rollback target.
+
+``published/.history.jsonl`` holds one JSON object a line, appended and fsynced under the
+publisher lock by ``publish_run``, ``set_current`` and ``rollback`` (``recs.nightly.publish``):
+``{"seq", "at", "action": "publish" | "rollback" | "set_current", "run_id", "previous",
+"current"}``; ``previous`` is what ``CURRENT`` named before, ``current`` whether it names
+``run_id`` after (a backfill of an older date is published without becoming current); ``at``
+is the UTC time, for people reading it: nothing computes with it. A version is never a part of
+it, so a version's bytes stay independent of when it was published.
+
+``predecessor(run_id)`` is the version that was current when ``run_id`` was last published and
+made current: the version before it in publish order, except that a version that was rolled
+back from is not chosen again by the next publish's rollback. It is the default target of
+``recs rollback`` and one of the versions ``recs gc`` never removes. Without a history (versions
+published before it existed) the order of snapshot dates stands in for the publish order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from recs.files import fsync_dir
+from recs.published import list_versions
+
+HISTORY_FILE = ".history.jsonl"  # hidden: no run id starts with a dot
+
+
+def events(published_dir: Path) -> list[dict[str, Any]]:
+    """Every recorded change, oldest first (unreadable lines are skipped; no file: ``[]``)."""
+    try:
+        lines = (Path(published_dir) / HISTORY_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a crash mid-append: the ones before it still count
+        if isinstance(event, dict) and isinstance(event.get("run_id"), str):
+            found.append(event)
+    return found
+
+
+def record(
+    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
+) -> dict[str, Any]:
+    """Append one event (call under the publisher lock) and fsync it; return it."""
+    path = Path(published_dir) / HISTORY_FILE
+    existed = path.exists()
+    event = {
+        "seq": len(events(published_dir)) + 1,
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "action": action,
+        "run_id": run_id,
+        "previous": previous,
+        "current": current,
+    }
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(event, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    if not existed:
+        fsync_dir(path.parent)
+    return event
+
+
+def predecessor(published_dir: Path, run_id: str) -> str | None:
+    """The version before ``run_id`` (module docstring), or None if there is none."""
+    recorded = [e for e in events(published_dir) if e.get("action") == "publish"]
+    for event in reversed(recorded):
+        if event["run_id"] != run_id or not event.get("current"):
+            continue
+        if event.get("previous") == run_id:
+            continue  # a republish of the same run: look further back
+        return event.get("previous")
+    names = [v["run_id"] for v in list_versions(published_dir)]
+    if run_id not in names:
+        return None
+    position = names.index(run_id)
+    return names[position - 1] if position else None
+
+
+def recency(published_dir: Path) -> list[str]:
+    """Version names, least recently used first: by the last event naming each, after the
+    versions the history never names (those by snapshot date, then run id)."""
+    last: dict[str, int] = {}
+    for index, event in enumerate(events(published_dir)):
+        last[event["run_id"]] = index
+    names = [v["run_id"] for v in list_versions(published_dir)]
+    unnamed = [name for name in names if name not in last]
+    named = sorted((name for name in names if name in last), key=lambda name: last[name])
+    return unnamed + named

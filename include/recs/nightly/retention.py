@@ -1,0 +1,122 @@
+"""``recs gc``: remove what the retention settings no longer keep, never what serves or backs it.
+
+Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.config``):
+
+- ``published/<run_id>/``: the ``published_retention_versions`` most recently used versions are
+  kept (``recs.nightly.history.recency``), and always the version ``CURRENT`` names and its
+  predecessor (the rollback target). Removed under the publisher lock, each first renamed to a
+  hidden ``.<run_id>.gc`` folder, so a reader finds a whole version or none.
+- ``runs/<date>/<run_id>/``: removed once ``date`` is older than ``run_retention_days`` and
+  nothing directly in the folder changed since that cut-off either (a backfill of an old date
+  keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
+- ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``.
+
+"Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
+``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
+what would go and removes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from recs.config import Settings
+from recs.errors import RunNotFoundError
+from recs.nightly import history
+from recs.nightly.locks import in_progress
+from recs.nightly.publish import publisher_lock
+from recs.published import current_version, version_manifest
+
+
+def collect_garbage(
+    settings: Settings, today: dt.date | None = None, *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Apply the retention settings under ``settings.home`` (module docstring).
+
+    Returns ``{"today", "dry_run", "kept": {"current", "predecessor"}, "removed":
+    {"published": [run_id], "runs": ["<date>/<run_id>"], "snapshots": ["<date>"]}}`` (with
+    ``dry_run``, what would be removed). Raises nothing for missing folders.
+    """
+    today = today or dt.datetime.now(dt.UTC).date()
+    published_dir = Path(settings.published_dir)
+    removed: dict[str, list[str]] = {"published": [], "runs": [], "snapshots": []}
+    published_dir.mkdir(parents=True, exist_ok=True)
+    with publisher_lock(published_dir):
+        current = current_version(published_dir)
+        predecessor = history.predecessor(published_dir, current) if current else None
+        protected = {name for name in (current, predecessor) if name}
+        by_recency = history.recency(published_dir)
+        keep = set(by_recency[-settings.published_retention_versions :]) | protected
+        for name in by_recency:
+            if name in keep:
+                continue
+            removed["published"].append(name)
+            if not dry_run:
+                aside = published_dir / f".{name}.gc"
+                shutil.rmtree(aside, ignore_errors=True)
+                os.rename(published_dir / name, aside)
+                shutil.rmtree(aside)
+        backing = _backing_runs(published_dir, protected)
+
+    run_cutoff = today - dt.timedelta(days=settings.run_retention_days)
+    changed_cutoff = dt.datetime.combine(run_cutoff, dt.time(), dt.UTC).timestamp()
+    for date_dir in _dated_folders(Path(settings.runs_dir), run_cutoff):
+        for run_dir in sorted(p for p in date_dir.iterdir() if p.is_dir()):
+            if (date_dir.name, run_dir.name) in backing or _changed_since(run_dir, changed_cutoff):
+                continue
+            if in_progress(run_dir):
+                continue  # another process is working on it: left alone
+            removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
+            if not dry_run:
+                shutil.rmtree(run_dir)
+        if not dry_run and not any(date_dir.iterdir()):
+            date_dir.rmdir()
+
+    snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
+    for date_dir in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff):
+        removed["snapshots"].append(date_dir.name)
+        if not dry_run:
+            shutil.rmtree(date_dir)
+
+    return {
+        "today": today.isoformat(),
+        "dry_run": dry_run,
+        "kept": {"current": current, "predecessor": predecessor},
+        "removed": removed,
+    }
+
+
+def _backing_runs(published_dir: Path, names: set[str]) -> set[tuple[str, str]]:
+    """``(snapshot_date, run_id)`` of the runs behind the versions ``names``."""
+    backing = set()
+    for name in names:
+        try:
+            backing.add((version_manifest(published_dir, name).get("snapshot_date"), name))
+        except RunNotFoundError:
+            continue  # CURRENT names a missing version: there is no run of it to keep
+    return backing
+
+
+def _dated_folders(root: Path, cutoff: dt.date) -> list[Path]:
+    """The ``YYYY-MM-DD`` folders directly under ``root`` dated before ``cutoff``."""
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            date = dt.date.fromisoformat(folder.name)
+        except ValueError:
+            continue
+        if folder.name == date.isoformat() and date < cutoff:
+            found.append(folder)
+    return found
+
+
+def _changed_since(folder: Path, timestamp: float) -> bool:
+    """Whether ``folder`` or anything directly in it was modified after ``timestamp``."""
+    entries = [folder, *folder.iterdir()]
+    return any(entry.stat().st_mtime > timestamp for entry in entries)

@@ -1,0 +1,161 @@
+"""Nights that go wrong, end to end (``run_all``: snapshot, dbt, graph, traversal, gate, publish).
+
+One synthetic graph (2,000 users, ~30 k follows, generated relative to 2026-11-01) and one good
+night, ``night_1`` of 2026-11-01 with 4 shards, published. Each test starts from a copy of that
+home and injects one fault for real:
+
+- a shard's input partition truncated after the plan: that traversal raises, the night
+  publishes with the shard carried over from night_1, and the next night recomputes it;
+- 2026-12-31, a night nobody is active in the 30-day window before: nothing to validate;
+- half the follow edges lost from the live store: users with lists and rows drop far beyond
+  25 %, the gate fails on the comparison with night_1;
+- night_1 rerun with 2 shards instead of 4: the old shard_id=002/003 folders are removed by the
+  plan, and the rerun passes and publishes.
+
+In every failure ``CURRENT`` still names night_1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from recs.config import Settings
+from recs.errors import NothingToValidateError, ValidationFailedError
+from recs.nightly import pipeline
+from recs.published import current_version, shard_file, version_manifest
+from recs.sharding import shard_expr
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """The home after night_1: live store, run and published version."""
+    from recs.demo.synthetic import generate_graph
+
+    home = tmp_path_factory.mktemp("nights") / "home"
+    settings = Settings(home=home, shard_count=4)
+    generate_graph(2000, 7, settings, avg_out_degree=15)
+    pipeline.run_all(home, "2026-11-01", "night_1", settings)
+    assert current_version(settings.published_dir) == "night_1"
+    return home
+
+
+@pytest.fixture
+def home(base, tmp_path):
+    """A copy of the home after night_1, for one test to break."""
+    copy = tmp_path / "home"
+    shutil.copytree(base, copy)
+    return copy
+
+
+def settings_for(home: Path, **overrides) -> Settings:
+    return Settings(home=home, shard_count=overrides.pop("shard_count", 4), **overrides)
+
+
+def eligible_ids(home: Path, date: str, run_id: str) -> list[int]:
+    files = home / "runs" / date / run_id / "exports" / "eligible_users" / "*" / "*.parquet"
+    return pl.read_parquet(files, hive_partitioning=False)["user_id"].to_list()
+
+
+def test_a_failing_shard_is_carried_over_and_the_next_night_recomputes_it(home, monkeypatch):
+    """night_2: shard 1's follow-edge partition is truncated after the plan, so its traversal
+    raises; the other shards are computed, the gate passes on them, and night_2 publishes with
+    shard 1 carried over from night_1: exactly night_1's rows of the shard-1 users eligible
+    tonight. night_3 has no fault: every shard computed again."""
+    settings = settings_for(home)
+    real_plan = pipeline.plan_shards
+
+    def plan_then_truncate(paths):
+        planned = real_plan(paths)
+        partition = paths.snapshot_dir / "follow_edges" / "shard_id=001" / "part-0.parquet"
+        partition.write_bytes(partition.read_bytes()[:100])
+        return planned
+
+    monkeypatch.setattr(pipeline, "plan_shards", plan_then_truncate)
+    night_2 = pipeline.run_all(home, "2026-11-02", "night_2", settings)
+    monkeypatch.setattr(pipeline, "plan_shards", real_plan)
+
+    assert [f["shard_id"] for f in night_2["failed_shards"]] == [1]
+    published = settings.published_dir
+    assert current_version(published) == "night_2"
+    manifest = version_manifest(published, "night_2")
+    assert [(s["status"], s["carried_from"]) for s in manifest["shards"]] == [
+        ("computed", None),
+        ("carried_over", "night_1"),
+        ("computed", None),
+        ("computed", None),
+    ]
+    assert night_2["stages"]["publish_run"]["result"]["carried_over"] == [
+        {"shard_id": 1, "carried_from": "night_1"}
+    ]
+    tonight = eligible_ids(home, "2026-11-02", "night_2")
+    expected = (
+        pl.read_parquet(shard_file(published, "night_1", 1))
+        .filter(pl.col("user_id").is_in(tonight) & (shard_expr("user_id", 4) == 1))
+        .sort("user_id", "rank")
+    )
+    carried = pl.read_parquet(shard_file(published, "night_2", 1))
+    assert expected.height > 100
+    assert carried.equals(expected)
+    computed = pl.read_parquet(shard_file(published, "night_2", 0))
+    assert computed["run_id"].unique().to_list() == ["night_2"]
+
+    night_3 = pipeline.run_all(home, "2026-11-03", "night_3", settings)
+    assert night_3["failed_shards"] == []
+    manifest = version_manifest(published, "night_3")
+    assert manifest["carried_over"] == []
+    assert {s["status"] for s in manifest["shards"]} == {"computed"}
+
+
+def test_a_night_with_nobody_eligible_is_not_published(home):
+    """2026-12-31: nobody was active in the 30 days before, every shard is empty."""
+    settings = settings_for(home)
+    with pytest.raises(NothingToValidateError, match="nobody is eligible tonight"):
+        pipeline.run_all(home, "2026-12-31", "empty", settings)
+    assert current_version(settings.published_dir) == "night_1"
+    assert not (settings.published_dir / "empty").exists()
+    summary = (home / "runs" / "2026-12-31" / "empty" / "validation" / "summary.json").read_text()
+    assert '"outcome": "nothing_to_validate"' in summary
+
+
+def test_half_the_follows_lost_fails_the_comparison_and_is_not_published(home):
+    """The live store loses the follows of every even follower id: users with lists and rows
+    fall by far more than 25 % against night_1, which stays current."""
+    with sqlite3.connect(home / "live.db") as connection:
+        connection.execute("DELETE FROM follow_edges WHERE follower_id % 2 = 0")
+    settings = settings_for(home)
+    with pytest.raises(ValidationFailedError) as raised:
+        pipeline.run_all(home, "2026-11-02", "night_2", settings)
+    message = str(raised.value)
+    assert "users_change_within_bounds" in message and "rows_change_within_bounds" in message
+    assert current_version(settings.published_dir) == "night_1"
+    assert not (settings.published_dir / "night_2").exists()
+    summary = json.loads(
+        (home / "runs" / "2026-11-02" / "night_2" / "validation" / "summary.json").read_text()
+    )
+    assert summary["compared_with"] == "night_1"
+    assert summary["users"] / summary["replaced_users"] < 0.75
+
+
+def test_a_rerun_with_fewer_shards_passes(home):
+    """night_1 again with RECS_SHARD_COUNT 2: the plan removes shard_id=002 and 003, the gate
+    reads shards 0 and 1 only (compared with the 4-shard night_1, re-sharded) and passes."""
+    run_dir = home / "runs" / "2026-11-01" / "night_1"
+    assert (run_dir / "shards" / "shard_id=003").is_dir()
+    settings = settings_for(home, shard_count=2)
+    result = pipeline.run_all(home, "2026-11-01", "night_1", settings)
+    assert sorted(p.name for p in (run_dir / "shards").iterdir()) == [
+        "shard_id=000",
+        "shard_id=001",
+    ]
+    gate = result["stages"]["validate_run"]["result"]
+    assert gate["computed_shards"] == [0, 1] and gate["compared_with"] == "night_1"
+    manifest = version_manifest(settings.published_dir, "night_1")
+    assert manifest["shard_count"] == 2 and len(manifest["shards"]) == 2

@@ -1,0 +1,200 @@
+"""``recs validate``, ``publish``, ``rollback``, ``runs``/``runs show`` and ``gc`` on hand-built
+runs (test_validation's: 4 shards, 9 rows, 5 users, 8 eligible), through ``recs.cli.main``.
+
+Each outcome of the gate exits with its own code and one line ``recs: error: …``: 3 the data
+failed, 4 the gate itself errored, 5 nothing to validate, 6 a failed shard with nothing to carry
+it over from; 2 for an unknown version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pytest
+from test_validation import write_good_run
+
+from recs import cli
+from recs.config import get_settings
+from recs.nightly.publish import publish_run, rollback
+from recs.nightly.validation import validate_run
+from recs.published import check_version, current_version
+
+
+@pytest.fixture
+def recs(tmp_path, monkeypatch, capsys):
+    """``recs(*args) -> (exit code, stdout, stderr lines)`` with RECS_HOME = tmp_path/home."""
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    for name in ("RUN_RETENTION_DAYS", "SNAPSHOT_RETENTION_DAYS", "PUBLISHED_RETENTION_VERSIONS"):
+        monkeypatch.delenv(f"RECS_{name}", raising=False)
+    get_settings.cache_clear()
+
+    def run(*args: str):
+        get_settings.cache_clear()
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err.splitlines()
+
+    yield run
+    get_settings.cache_clear()
+
+
+def one_error(lines: list[str]) -> str:
+    errors = [line for line in lines if line.startswith("recs: error: ")]
+    assert len(errors) == 1 and "Traceback" not in "\n".join(lines), lines
+    return errors[0]
+
+
+def night(home, day: int, **kwargs):
+    """Run ``night_<day>`` of 2026-11-<day> written under ``home`` with its frozen settings
+    (the CLI reads a run's settings back from its snapshot manifest)."""
+    paths, settings = write_good_run(
+        home, run_id=f"night_{day}", snapshot_date=dt.date(2026, 11, day), **kwargs
+    )
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    return paths, settings
+
+
+def test_validate_exits_by_outcome(recs, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    night(home, 1)
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
+
+    night(home, 2, rows={})  # computed, empty, while 8 users are eligible
+    code, _, err = recs("validate", "--snapshot-date", "2026-11-02")
+    assert code == 3 and "rows_at_least_one" in one_error(err)
+
+    night(home, 3, rows={}, eligible=[])  # nobody eligible
+    code, _, err = recs("validate", "--snapshot-date", "2026-11-03")
+    assert code == 5 and "nobody is eligible tonight" in one_error(err)
+
+    import great_expectations as gx
+
+    def raising(self, *args, **kwargs):
+        raise RuntimeError("injected checkpoint failure")
+
+    monkeypatch.setattr(gx.Checkpoint, "run", raising)
+    paths, _ = night(home, 4)
+    code, _, err = recs("validate", "--snapshot-date", "2026-11-04")
+    assert code == 4 and "injected checkpoint failure" in one_error(err)
+    assert (paths.validation_dir / "results.json").is_file()
+    # and a publish of that run refuses with the same class and code
+    code, _, err = recs("publish", "--snapshot-date", "2026-11-04")
+    assert code == 4 and "refusing to publish run night_4: validation errored" in one_error(err)
+
+
+def test_publish_carry_over_and_runs_show(recs, tmp_path):
+    home = tmp_path / "home"
+    night(home, 1)
+    paths, _ = night(home, 2)
+    paths.shard_manifest(1).unlink()  # shard 1 failed
+    assert recs("validate", "--snapshot-date", "2026-11-02")[0] == 0
+    code, _, err = recs("publish", "--snapshot-date", "2026-11-02")
+    assert code == 6
+    assert "shard(s) 001 failed and nothing is published" in one_error(err)
+
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
+    assert recs("publish", "--snapshot-date", "2026-11-01")[0] == 0
+    assert recs("validate", "--snapshot-date", "2026-11-02")[0] == 0
+    code, out, _ = recs("publish", "--snapshot-date", "2026-11-02", "--json")
+    assert code == 0
+    assert json.loads(out)["carried_over"] == [{"shard_id": 1, "carried_from": "night_1"}]
+
+    code, out, _ = recs("runs")
+    assert code == 0 and "001 (night_1)" in out
+    code, out, _ = recs("runs", "show", "night_2")
+    assert code == 0
+    assert "carried over" in out and "rollback target" in out
+    shard_lines = [line for line in out.splitlines() if "001" in line]
+    assert any("carried over" in line and "night_1" in line for line in shard_lines)
+    code, out, _ = recs("runs", "show", "night_2", "--json")
+    document = json.loads(out)
+    assert document["is_current"] is True and document["predecessor"] == "night_1"
+    code, _, err = recs("runs", "show", "night_9")
+    assert code == 2 and "no published version 'night_9'" in one_error(err)
+
+
+def test_rollback_command(recs, tmp_path):
+    home = tmp_path / "home"
+    for day in (1, 2):
+        paths, settings = night(home, day)
+        validate_run(paths, settings)
+        publish_run(paths, settings)
+    code, out, _ = recs("rollback")
+    assert code == 0 and "CURRENT: night_1 (was night_2)" in out
+    code, _, err = recs("rollback")
+    assert code == 2 and "no version was published before night_1" in one_error(err)
+    code, _, err = recs("rollback", "--to", "night_7")
+    assert code == 2 and "cannot roll back to night_7" in one_error(err)
+    code, _, err = recs("rollback", "--to", "../night_2")
+    assert code == 2 and "invalid run id" in one_error(err)
+    assert current_version(home / "published") == "night_1"
+    code, out, _ = recs("rollback", "--to", "night_2", "--json")
+    assert json.loads(out) == {"run_id": "night_2", "previous": "night_1", "changed": True}
+
+
+def age(path, day: dt.date) -> None:
+    """Set the modification time of ``path`` and everything directly in it to ``day``."""
+    stamp = dt.datetime.combine(day, dt.time(12), dt.UTC).timestamp()
+    for entry in [path, *path.iterdir()]:
+        os.utime(entry, (stamp, stamp))
+
+
+def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_path, monkeypatch):
+    """night_1..4 published, then rolled back to night_2. Keeping 2 versions by recency
+    keeps night_2 (rolled back to, last used) and night_4, plus night_1, night_2's predecessor
+    (the rollback target); night_3 goes. Runs (aged to their dates) older than 14 days before
+    2026-12-01 go, except the runs of CURRENT and its predecessor and one changed lately;
+    snapshot folders older than 30 days go; names that are not dates stay."""
+    home = tmp_path / "home"
+    for day in (1, 2, 3, 4):
+        paths, settings = night(home, day)
+        validate_run(paths, settings)
+        publish_run(paths, settings)
+    rollback(settings, to="night_2")
+    for day in (1, 2, 3, 4):
+        age(home / "runs" / f"2026-11-0{day}" / f"night_{day}", dt.date(2026, 11, day))
+    recent = home / "runs" / "2026-11-05" / "backfill"
+    recent.mkdir(parents=True)
+    age(recent, dt.date(2026, 11, 30))  # an old date, worked on yesterday: kept
+    for name in ("2026-10-01", "2026-11-15", "notes"):
+        (home / "snapshots" / name).mkdir(parents=True)
+    monkeypatch.setenv("RECS_PUBLISHED_RETENTION_VERSIONS", "2")
+
+    code, out, err = recs("gc", "--dry-run", "--today", "2026-12-01")
+    expected = [
+        "published/night_3",
+        "runs/2026-11-03/night_3",
+        "runs/2026-11-04/night_4",
+        "snapshots/2026-10-01",
+    ]
+    assert code == 0
+    assert out.splitlines() == [f"would remove {item}" for item in expected]
+    assert (home / "published" / "night_3").is_dir() and (
+        home / "snapshots" / "2026-10-01"
+    ).is_dir()
+
+    code, out, err = recs("gc", "--today", "2026-12-01", "--json")
+    document = json.loads(out)
+    assert document["kept"] == {"current": "night_2", "predecessor": "night_1"}
+    assert [f"{k}/{n}" for k, names in document["removed"].items() for n in names] == expected
+    published = home / "published"
+    assert sorted(p.name for p in published.iterdir() if not p.name.startswith(".")) == [
+        "CURRENT",
+        "night_1",
+        "night_2",
+        "night_4",
+    ]
+    for name in ("night_1", "night_2", "night_4"):
+        check_version(published, name)
+    assert sorted(p.name for p in (home / "runs").iterdir()) == [
+        "2026-11-01",
+        "2026-11-02",
+        "2026-11-05",
+    ]
+    assert sorted(p.name for p in (home / "snapshots").iterdir()) == ["2026-11-15", "notes"]
+    assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
+    code, _, err = recs("gc", "--today", "2026-13-01")
+    assert code == 2 and "invalid snapshot date" in one_error(err)

@@ -1,0 +1,146 @@
+"""Rollback (recs.nightly.publish.rollback) and the publish history it reads.
+
+Versions are test_validation's hand-built run published as ``night_1`` .. ``night_4``
+(snapshots 2026-11-01 .. 04), each validated by the real gate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+
+import pytest
+from test_validation import write_good_run
+
+from recs.errors import InvalidRunIdError, RunNotFoundError
+from recs.nightly import history
+from recs.nightly.publish import publish_run, rollback
+from recs.nightly.validation import validate_run
+from recs.published import check_version, current_version, version_manifest
+
+
+def publish(home, run_id, day):
+    paths, settings = write_good_run(home, run_id=run_id, snapshot_date=dt.date(2026, 11, day))
+    validate_run(paths, settings)
+    publish_run(paths, settings)
+    return settings
+
+
+@pytest.fixture
+def three(tmp_path):
+    """night_1, night_2, night_3 published in that order; night_3 is CURRENT."""
+    home = tmp_path / "home"
+    for day in (1, 2, 3):
+        settings = publish(home, f"night_{day}", day)
+    return settings
+
+
+def test_rollback_goes_to_the_version_before_current_then_further(three):
+    published = three.published_dir
+    assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
+    assert current_version(published) == "night_2"
+    assert rollback(three)["run_id"] == "night_1"
+    with pytest.raises(RunNotFoundError, match="no version was published before night_1"):
+        rollback(three)
+    assert current_version(published) == "night_1"
+    actions = [(e["action"], e["run_id"], e["previous"]) for e in history.events(published)]
+    assert actions == [
+        ("publish", "night_1", None),
+        ("publish", "night_2", "night_1"),
+        ("publish", "night_3", "night_2"),
+        ("rollback", "night_2", "night_3"),
+        ("rollback", "night_1", "night_2"),
+    ]
+
+
+def test_a_version_rolled_back_from_is_not_the_next_rollback_target(three):
+    """night_3 was bad: rolled back to night_2, then night_4 is published. Rolling night_4
+    back returns to night_2 (what night_4 replaced), never to night_3."""
+    rollback(three)
+    publish(three.home, "night_4", 4)
+    assert history.predecessor(three.published_dir, "night_4") == "night_2"
+    assert rollback(three)["run_id"] == "night_2"
+
+
+def test_rollback_to_a_named_version(three):
+    assert rollback(three, to="night_1")["previous"] == "night_3"
+    assert current_version(three.published_dir) == "night_1"
+    assert rollback(three, to="night_1")["changed"] is False
+    assert rollback(three.home, to="night_3")["run_id"] == "night_3"  # a RECS_HOME works too
+
+
+def test_rollback_refuses_unknown_incomplete_and_invalid_versions(three):
+    """Each refusal is one line, and CURRENT stays on night_3."""
+    published = three.published_dir
+    with pytest.raises(RunNotFoundError, match="cannot roll back to night_9: no published"):
+        rollback(three, to="night_9")
+    with pytest.raises(InvalidRunIdError):
+        rollback(three, to="../night_1")
+    (published / "night_1" / "shard_id=003" / "recommendations.parquet").unlink()
+    with pytest.raises(RunNotFoundError, match="night_1: published version 'night_1' is inc"):
+        rollback(three, to="night_1")
+    manifest_path = published / "night_2" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["validation"]["success"] = False
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(RunNotFoundError, match="no passed validation") as raised:
+        rollback(three)  # the default target, night_2, is refused too: no silent skipping
+    assert "\n" not in str(raised.value)
+    assert current_version(published) == "night_3"
+
+
+def test_rollback_of_nothing_published(tmp_path):
+    with pytest.raises(RunNotFoundError, match="nothing is published"):
+        rollback(tmp_path / "home")
+
+
+def test_without_a_history_the_snapshot_order_stands_in(three):
+    """Versions published before the history existed: the one before by snapshot date."""
+    (three.published_dir / history.HISTORY_FILE).unlink()
+    assert rollback(three)["run_id"] == "night_2"
+
+
+def test_a_torn_history_line_is_skipped(three):
+    with (three.published_dir / history.HISTORY_FILE).open("a") as handle:
+        handle.write('{"seq": 4, "action": "publ')
+    assert history.predecessor(three.published_dir, "night_3") == "night_2"
+
+
+def test_rollback_is_atomic_for_concurrent_readers(three):
+    """Four threads resolve CURRENT and read its manifest (and check the version) while
+    CURRENT is rolled back and forward 300 times: every read names a whole, complete version
+    and gets that version's manifest; none sees a missing or partial one."""
+    published = three.published_dir
+    stop = threading.Event()
+    seen: list[str] = []
+    errors: list[BaseException] = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                name = current_version(published)
+                manifest = version_manifest(published, name)
+                assert manifest["run_id"] == name
+                assert check_version(published, name)["rows"] == 9
+                seen.append(name)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(300):
+            if i % 3 == 2:
+                rollback(three, to="night_3")
+            else:
+                rollback(three)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors[:1]
+    assert len(seen) > 100
+    assert set(seen) <= {"night_1", "night_2", "night_3"} and len(set(seen)) >= 2
+    assert not [p.name for p in published.iterdir() if p.name.endswith(".tmp")]

@@ -1,0 +1,159 @@
+"""recs.report on a hand-built run folder: shard statuses, the skew rule, the gate, versions,
+and the app's guards (every route depends on the auth dependency it is given).
+
+The run: 4 shards; traversals 100, 120, 500 (shard 2) and none for shard 3, which has no
+manifest. Median of the computed shards' traversals (100, 120, 500) is 120, so the threshold is
+240 and only shard 2 (500 > 240, ratio 4.17) is flagged. The published version of the run says
+shard 3 was carried over from ``night_0``. Hub share of shard 0: 25 / 100.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from fastapi import HTTPException
+from fastapi.testclient import TestClient
+
+from recs.nightly.runs import RunPaths
+from recs.report import charts
+from recs.report.content import run_report
+from recs.report.versions import versions_report
+from recs.report.web import create_app
+
+DATE = dt.date(2026, 11, 1)
+TRAVERSALS = {0: (100, 25), 1: (120, 6), 2: (500, 50)}
+
+
+def _write(path: Path, document: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+
+
+@pytest.fixture
+def run(tmp_path) -> RunPaths:
+    paths = RunPaths(tmp_path, DATE, "night_1")
+    _write(paths.snapshot_manifest, {"shard_count": 4, "settings": {
+        "shard_count": 4, "gate_max_drop": 0.25, "gate_max_growth": 3.0}})  # fmt: skip
+    for shard_id, (traversals, hubs) in TRAVERSALS.items():
+        _write(paths.shard_manifest(shard_id), {
+            "shard_id": shard_id, "users_in": 10, "users_with_recommendations": 8, "rows": 40,
+            "traversals": traversals, "hub_traversals": hubs, "seconds": 1.5,
+            "peak_rss_mb": 300.0})  # fmt: skip
+    _write(paths.validation_dir / "summary.json", {
+        "outcome": "passed", "rows": 120, "users": 24, "replaced_rows": 100,
+        "replaced_users": 30, "compared_with": "night_0", "skipped": []})  # fmt: skip
+    _write(paths.validation_dir / "results.json", {"checkpoints": [{
+        "name": "recs_gate_run", "batch": "run", "rows": 1, "success": False, "expectations": [
+            {"name": "a", "success": True, "errored": False, "result": {"unexpected_count": 0}},
+            {"name": "b", "success": False, "errored": False, "result": {}},
+            {"name": "c", "success": False, "errored": True, "exception": "boom"}]}]})  # fmt: skip
+    _write(paths.run_dir / "dbt" / "target" / "run_results.json", {"elapsed_time": 9.0, "results": [
+        {"unique_id": "model.recs.hub_accounts", "status": "success"},
+        {"unique_id": "test.recs.unique_x", "status": "fail", "failures": 3, "message": "Got 3"},
+        {"unique_id": "exposure.recs.read_api", "status": "no-op"}]})  # fmt: skip
+    published = tmp_path / "published"
+    for name, date in (("night_0", "2026-10-31"), ("night_1", "2026-11-01")):
+        _write(published / name / "manifest.json", {
+            "run_id": name, "snapshot_date": date, "shard_count": 4, "rows": 100, "users": 30,
+            "validation": {"success": True}, "shards": [
+                {"shard_id": i, "status": "carried_over" if name == "night_1" and i == 3
+                 else "computed", "carried_from": "night_0" if name == "night_1" and i == 3
+                 else None} for i in range(4)]})  # fmt: skip
+    (published / "CURRENT").write_text("night_1\n")
+    return paths
+
+
+def test_shards_skew_gate_volume_hubs_and_dbt(run):
+    report = run_report(run)
+    shards = report["shards"]
+    assert [s["status"] for s in shards] == ["computed", "computed", "computed", "carried_over"]
+    assert shards[3]["carried_from"] == "night_0"
+    assert report["skew"]["median_traversals"] == 120 and report["skew"]["threshold"] == 240
+    assert report["skew"]["flagged"] == [2] and shards[2]["skewed"] is True
+    assert shards[2]["cost_ratio"] == pytest.approx(500 / 120)
+    assert shards[0]["hub_share"] == 0.25
+    assert report["hubs"]["share"] == pytest.approx(81 / 720)
+    gate = report["gate"]
+    assert (gate["passed"], gate["failed"], gate["errored"]) == (1, 1, 1)
+    volume = {m["measure"]: m for m in report["volume"]["measures"]}
+    assert volume["users with lists"]["change"] == pytest.approx(-0.2)
+    assert volume["users with lists"]["within_bounds"] is True
+    assert [p["unique_id"] for p in report["dbt"]["problems"]] == ["test.recs.unique_x"]
+    assert report["run"]["is_current"] is True
+    assert all(s["source"] == "files" for s in report["stages"])
+    for spec in (charts.skew_chart(shards, report["skew"]), charts.hub_chart(shards),
+                 charts.gate_chart(gate), charts.volume_chart(report["volume"])):  # fmt: skip
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/v6")
+
+
+def test_a_shard_without_manifest_or_carry_over_is_failed_once_validated(run):
+    (run.home / "published" / "night_1" / "manifest.json").unlink()
+    assert run_report(run)["shards"][3]["status"] == "failed"
+    (run.validation_dir / "summary.json").unlink()
+    assert run_report(run)["shards"][3]["status"] == "not run"
+
+
+def test_airflow_task_instances_give_the_stage_timings(run):
+    start = dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC)
+    tis = [{"task_id": "freeze_snapshot", "map_index": -1, "state": "success",
+            "start_date": start.isoformat(),
+            "end_date": (start + dt.timedelta(seconds=5)).isoformat(), "try_number": 1}] + [
+           {"task_id": "traverse_shard", "map_index": i, "state": "failed" if i == 3 else "success",
+            "start_date": (start + dt.timedelta(seconds=10 + i)).isoformat(),
+            "end_date": (start + dt.timedelta(seconds=20 + i)).isoformat(), "try_number": 3}
+           for i in range(4)]  # fmt: skip
+    stages = {s["stage"]: s for s in run_report(run, tis)["stages"]}
+    assert stages["freeze_snapshot"]["seconds"] == 5 and stages["freeze_snapshot"]["offset"] == 0
+    assert stages["traverse_shard"]["seconds"] == 13
+    assert stages["traverse_shard"]["state"] == "failed"
+    assert stages["traverse_shard"]["mapped"] is True
+    assert stages["build_models"]["state"] == "no task"
+    assert charts.stage_chart(list(stages.values())) is not None
+
+
+def test_versions_name_current_and_rollback_target(run):
+    report = versions_report(run.home / "published")
+    assert [(v["run_id"], v["role"], v["rollback_command"]) for v in report["versions"]] == [
+        ("night_1", "current", None),
+        ("night_0", "rollback target", "recs rollback"),
+    ]
+
+
+def test_every_route_depends_on_the_auth_it_is_given(run):
+    """The plugin passes Airflow's requires_access_dag; here a stand-in that refuses."""
+
+    def refuse():
+        raise HTTPException(401, "Not authenticated")
+
+    seen: list[str] = []
+
+    def allow_run(dag_id: str):
+        seen.append(dag_id)
+
+    refused = TestClient(create_app(authorize_run=refuse, authorize_nightly=refuse,
+                                    home=lambda: run.home))  # fmt: skip
+    allowed = TestClient(create_app(authorize_run=allow_run, authorize_nightly=lambda: None,
+                                    home=lambda: run.home))  # fmt: skip
+    dag = "recs_who_to_follow_nightly"
+    for route in ("/", "/api/versions", f"/runs/{dag}/night_1", f"/api/runs/{dag}/night_1",
+                  f"/runs/{dag}/night_1/files/summary.json", "/static/report.js",
+                  f"/runs/{dag}/night_1/data-docs/index.html", f"/runs/{dag}/night_1/dbt-docs"):
+        assert refused.get(route).status_code == 401, route  # fmt: skip
+    assert allowed.get(f"/runs/{dag}/night_1").status_code == 200
+    assert allowed.get(f"/api/runs/{dag}/night_1").json()["skew"]["flagged"] == [2]
+    assert allowed.get(f"/runs/{dag}/night_1/files/../../../../etc/passwd").status_code == 404
+    assert allowed.get("/static/../content.py").status_code == 404
+    assert allowed.get("/runs/recs_ingest_events/x").status_code == 200  # a note, no report
+    assert seen[:2] == [dag, dag]
+
+
+def test_the_vendored_vega_lite_is_the_version_altair_writes():
+    import altair
+
+    from recs.report.pages import STATIC_DIR
+
+    build = (STATIC_DIR / "vendor" / "vega-lite.min.js").read_text()
+    assert f'"{altair.SCHEMA_VERSION.lstrip("v")}"' in build
