@@ -203,7 +203,10 @@ def load_training_store(split: Split, settings, activity: str, home: Path) -> Tr
 
 def variant_settings(base, store: TrainingStore, overrides: dict[str, Any]):
     """The settings of one variant's run: ``base`` (the caller's, so ``RECS_*`` tunables hold)
-    with the throwaway home and store, every account eligible, and the variant's overrides."""
+    with the throwaway home and store, every account eligible, the gate's volume change checks
+    off (each variant replaces another variant's version of the same graph, not last night's:
+    ``min_mutual_count`` 2 against 1 changes the rows far beyond ``gate_max_drop``), and the
+    variant's overrides."""
     from recs.config import Settings
 
     values = base.model_dump()
@@ -212,6 +215,7 @@ def variant_settings(base, store: TrainingStore, overrides: dict[str, Any]):
         "eligibility_window_days": max(base.eligibility_window_days,
                                        store.eligibility_window_days),
         "api_cold_start_pool": base.api_cold_start_pool,
+        "gate_max_drop": 1.0, "gate_max_growth": 1_000_000.0,
     })
     values.update(overrides)
     return Settings(**values)
