@@ -92,3 +92,40 @@ def test_paired_difference_interval_matches_the_paired_t_interval():
     assert result["ci_low"] < 0.05 < result["ci_high"]
     assert result["ci_low"] == pytest.approx(result["t_low"], abs=0.002)
     assert result["ci_high"] == pytest.approx(result["t_high"], abs=0.002)
+
+
+def test_ndcg_ideal_is_cut_at_k_and_hits_add_up():
+    """k = 2. User 1: hidden {10, 11, 12}, list 10 13 -> one hit at rank 1: recall 1/3,
+    precision 1/2, DCG 1, ideal DCG over min(k, |H|) = 2 ranks 1 + 1/log2(3), MRR 1. User 2:
+    hidden {20, 21}, list 22 21 20 -> rank 3 is beyond k, one hit at rank 2: recall 1/2, DCG
+    1/log2(3), ideal 1 + 1/log2(3), MRR 1/2."""
+    lists = frame(
+        [(1, 10, 1), (1, 13, 2), (2, 22, 1), (2, 21, 2), (2, 20, 3)],
+        {"user_id": pl.Int64, "candidate_id": pl.Int64, "rank": pl.Int32},
+    )
+    test = frame(
+        [(1, 10), (1, 11), (1, 12), (2, 20), (2, 21)],
+        {"user_id": pl.Int64, "followee_id": pl.Int64},
+    )
+    per_user = per_user_metrics(lists, test, k=2)
+    ideal = 1 + 1 / math.log2(3)
+    assert per_user["hits"].to_list() == [1, 1]
+    assert per_user["recall"].to_list() == pytest.approx([1 / 3, 1 / 2])
+    assert per_user["precision"].to_list() == pytest.approx([1 / 2, 1 / 2])
+    assert per_user["ndcg"].to_list() == pytest.approx([1 / ideal, (1 / math.log2(3)) / ideal])
+    assert per_user["mrr"].to_list() == pytest.approx([1.0, 0.5])
+
+
+def test_paired_difference_by_hand():
+    """a = 1 0 1 1, b = 0 0 0 1: differences 1 0 1 0, mean 0.5, sample sd sqrt(1/3); the t
+    interval is 0.5 ± 1.959964 · sqrt(1/3) / 2 = 0.5 ± 0.565792. A resample's mean is j/4 with
+    j ~ Binomial(4, 1/2): P(j = 0) = P(j = 4) = 1/16 > 2.5 %, so the bootstrap's 95 % bounds
+    are 0 and 1."""
+    result = paired_difference(
+        np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, 1.0]), resamples=2000, seed=5
+    )
+    assert result["mean"] == pytest.approx(0.5)
+    assert result["t_low"] == pytest.approx(0.5 - 0.565792, abs=1e-6)
+    assert result["t_high"] == pytest.approx(0.5 + 0.565792, abs=1e-6)
+    assert (result["ci_low"], result["ci_high"]) == (0.0, 1.0)
+    assert result["users"] == 4

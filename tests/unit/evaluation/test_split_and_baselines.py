@@ -105,3 +105,23 @@ def test_an_edge_file_is_parsed_with_times_reversed_and_deduplicated(tmp_path):
     path.write_text("1 x\n")
     with pytest.raises(DatasetError, match="does not parse"):
         read_edge_list(path)
+
+
+def test_degree_weights_reverse_the_common_neighbour_order():
+    """1 follows 2, 3, 8; 2 and 8 follow 4, 3 follows 6; 9, 10, 11 follow 2 and 8. Common
+    neighbours: 4 has 2 paths, 6 one -> 4, 6. Degrees: 2 and 8 -> 1 + 4 = 5, 3 -> 1 + 1 = 2.
+    Adamic-Adar: 4 = 2 / ln 5 = 1.243, 6 = 1 / ln 2 = 1.443; resource allocation: 4 = 2/5,
+    6 = 1/2 -> both 6, 4. Jaccard: Γ(1) = {2, 3, 8}, Γ⁻(4) = {2, 8}: 2/3, Γ⁻(6) = {3}: 1/3
+    -> 4, 6."""
+    pairs = [(1, 2), (1, 3), (1, 8), (2, 4), (8, 4), (3, 6)]
+    pairs += [(f, hub) for f in (9, 10, 11) for hub in (2, 8)]
+    user_ids = np.array([1, 2, 3, 4, 6, 8, 9, 10, 11])
+
+    def order(name):
+        frame = baseline_lists(name, edge_list(pairs).edges, user_ids, np.array([1]), 10)
+        return frame["candidate_id"].to_list()
+
+    assert order("common_neighbours") == [4, 6]
+    assert order("adamic_adar") == [6, 4]
+    assert order("resource_allocation") == [6, 4]
+    assert order("jaccard") == [4, 6]
