@@ -112,7 +112,8 @@ class Settings(BaseSettings):
     )
     min_mutual_count: int = Field(
         1, ge=1, description="Candidates reached through fewer expanded follows are pruned "
-        "(the design: 2; 2 never raised a test user's recall and left users without a list)."
+        "(the design: 2, which cost 0.002-0.006 recall@20 on each graph of bench/evaluation/; "
+        "1 makes the kernel about 3x slower: bench/README.md, 'Issue 13')."
     )
     max_candidates_to_score: int = Field(500, ge=1, description="Kept by mutual count, pre-score.")
     top_k: int = Field(20, ge=1, le=1000, description="Rows kept per user after ranking.")
