@@ -13,9 +13,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def edge_file(tmp_path):
+def edge_file(tmp_path, monkeypatch):
     """120 accounts, each following 12 others: half of them among the ten 'popular' accounts
-    0-9, half uniformly (seeded), tab-separated 'follower followee'."""
+    0-9, half uniformly (seeded), tab-separated 'follower followee'. One split, no repeats."""
+    monkeypatch.setenv("RECS_EVAL_MIN_TEST_USERS", "1")
     rng = np.random.default_rng(13)
     lines = []
     for follower in range(120):
@@ -42,12 +43,12 @@ def test_evaluate_writes_the_report_and_every_test_user_gets_a_list(recs, edge_f
     assert set(methods) == {"design", "shipped", "common_neighbours", "adamic_adar",
                             "global_popularity"}
     # every account follows 12 >= 10: all 120 are test users, round(1.2) = 1 hidden each
-    assert result["split"]["split"] == "random"
+    assert (result["split"]["split"], result["split"]["repeats"]) == ("random", 1)
     assert methods["shipped"]["users"] == result["split"]["pooled_test_users"]
     assert methods["shipped"]["user_coverage"] == 1.0
     # the ranking changes what is counted, not how far the traversal goes
     assert methods["shipped"]["traversals_per_user"] == methods["design"]["traversals_per_user"]
-    assert "| shipped |" in (out / "report.md").read_text()
+    assert "| **shipped** |" in (out / "report.md").read_text()
 
 
 def test_uncapped_adamic_adar_product_equals_the_baseline(recs, edge_file, monkeypatch):
