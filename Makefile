@@ -22,7 +22,7 @@ DEMO_DATE := 2026-11-01
 DEMO_USERS := 1 5 2494
 DUCKDB_POOL := recs_duckdb_writer
 
-.PHONY: help venv demo test test-fast lint bench bench-scale dbt-docs airflow-ui airflow-ui-stop clean
+.PHONY: help venv demo test test-fast lint bench bench-scale evaluate dbt-docs airflow-ui airflow-ui-stop clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -88,6 +88,14 @@ bench: $(STAMP) ## Traversal benchmark: ours vs pure Python vs DuckDB SQL, side 
 
 bench-scale: $(STAMP) ## 1 M users / 50 M edges through every nightly stage: time and memory
 	$(BIN)/python bench/scale_run.py $(SCALE_ARGS)
+
+# Issue 13: the four real graphs, the five baselines and the ranking variants below (about 30
+# minutes on 2 cores; all 18 variants: EVALUATE_VARIANTS=all, about an hour). One dataset:
+#   make evaluate EVALUATE_ARGS="--dataset twitter-hershey" EVALUATE_VARIANTS=design,shipped
+EVALUATE_VARIANTS ?= design,design_min_mutual_1,design_adamic_adar,shipped,shipped_blend,shipped_min_mutual_2,shipped_no_popularity,shipped_hop2_sample,shipped_no_fill
+EVALUATE_ARGS ?=
+evaluate: $(STAMP) ## Recommendation quality on the real graphs vs classic baselines (bench/evaluation/)
+	$(BIN)/recs evaluate --out bench/evaluation $(if $(filter all,$(EVALUATE_VARIANTS)),,--variants $(EVALUATE_VARIANTS)) $(EVALUATE_ARGS)
 
 dbt-docs: $(STAMP) ## Generate and serve dbt docs of the newest run on :8081 (lineage to the exposures)
 	$(BIN)/recs dbt-docs --serve --port 8081

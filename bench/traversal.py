@@ -263,16 +263,21 @@ def reference_check_rows(paths, users) -> Any:
         exclusions.setdefault(owner, set()).add(excluded)
     profiles_frame = pl.read_parquet(
         paths.exports_dir / "candidate_profiles.parquet",
-        columns=["candidate_id", "is_recommendable", "last_active_at"],
+        columns=["candidate_id", "is_recommendable", "last_active_at", "in_degree"],
     )
     profiles = {
         candidate: (bool(recommendable), last_active)
-        for candidate, recommendable, last_active in profiles_frame.iter_rows()
+        for candidate, recommendable, last_active, _ in profiles_frame.iter_rows()
     }
+    followers = dict(profiles_frame.select("candidate_id", "in_degree").iter_rows())
+    hubs_path = paths.exports_dir / "hub_accounts.parquet"
+    hub_followers = int(pl.read_parquet(hubs_path)["in_degree"].min() or 0) if (
+        hubs_path.exists()
+    ) else 0
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
     rows = reference_recommendations(
         wanted, needed.iter_rows(), known["user_id"].to_list(), exclusions, profiles, settings,
-        as_of, inactive_accounts=inactive,
+        as_of, inactive_accounts=inactive, followers=followers, hub_followers=hub_followers,
     )
     return rows_frame(rows)
 
@@ -395,6 +400,16 @@ def duckdb_connection(paths, memory_limit: str):
     snapshot, exports = paths.snapshot_dir, paths.exports_dir
     as_of = paths.as_of.replace(tzinfo=None).isoformat(sep=" ")
     mask = (1 << 64) - 1
+    hubs = exports / "hub_accounts.parquet"
+    hub_sql = (f"(select coalesce(min(in_degree), 0) from read_parquet('{hubs}'))"
+               if hubs.exists() else "0")
+
+    def weight_sql(degree: str) -> str:  # recs.traversal.ranking.path_weights
+        return {
+            "blend": "1.0",
+            "adamic_adar": f"1.0 / log2(greatest({degree}, 2))",
+            "resource_allocation": f"2.0 / greatest({degree}, 2)",
+        }[settings.ranking]
 
     def mix64(column: str, prefix: str) -> str:
         # SplitMix64's output function in 128-bit arithmetic cut to 64 bits (DuckDB's UBIGINT
@@ -420,7 +435,7 @@ def duckdb_connection(paths, memory_limit: str):
     cpu, wall = time.process_time(), time.perf_counter()
     connection.execute(f"""
         create table users as
-        select user_id from read_parquet('{snapshot}/users.parquet');
+        select user_id, account_status from read_parquet('{snapshot}/users.parquet');
 
         create table edges as
         select follower_id, followee_id, status, shard_id::integer as shard_id
@@ -446,11 +461,24 @@ def duckdb_connection(paths, memory_limit: str):
         )
         select follower_id, followee_id, shard_id, b4 as sample_key from keyed;
 
-        create table capped as
-        select follower_id, followee_id
+        create table followers as
+        select candidate_id as account_id, coalesce(in_degree, 0) as in_degree
+        from read_parquet('{exports}/candidate_profiles.parquet');
+
+        create table path_weights as
+        select
+            active_edges.follower_id as account_id,
+            {weight_sql('count(*) + coalesce(any_value(followers.in_degree), 0)')} as weight
         from active_edges
+        left join followers on followers.account_id = active_edges.follower_id
+        group by active_edges.follower_id;
+
+        create table capped as
+        select active_edges.follower_id, active_edges.followee_id
+        from active_edges
+        left join followers on followers.account_id = active_edges.followee_id
         qualify row_number() over (
-            partition by follower_id order by sample_key, followee_id
+            partition by active_edges.follower_id order by {order_sql(settings.hop2_order)}
         ) <= {settings.hop2_cap};
 
         create table exclusions as
@@ -464,9 +492,15 @@ def duckdb_connection(paths, memory_limit: str):
             candidate_id,
             coalesce(pow(0.5, greatest(0.0, (epoch_us(timestamp '{as_of}')
                 - epoch_us(last_active_at)) / 86400000000.0) / {settings.half_life_days}), 0.0)
-                as activity
+                as activity,
+            coalesce(in_degree, 0) as in_degree
         from read_parquet('{exports}/candidate_profiles.parquet')
         where is_recommendable;
+
+        create table scale as
+        select
+            (select max(in_degree) from followers) as max_in_degree,
+            {hub_sql} as hub_in_degree;
 
         create table eligible as
         select user_id, shard_id::integer as shard_id
@@ -477,9 +511,21 @@ def duckdb_connection(paths, memory_limit: str):
     return connection, time.process_time() - cpu, time.perf_counter() - wall
 
 
+def order_sql(order: str) -> str:
+    """The ``row_number()`` order of a capped list (``recs.traversal.hop_order``; needs the
+    followee's ``followers.in_degree`` joined): sample, or popularity first."""
+    if order == "sample":
+        return "sample_key, followee_id"
+    if order == "popularity":
+        return ("coalesce(followers.in_degree, 0) desc, sample_key >> 32, "
+                "active_edges.followee_id")
+    raise SystemExit(f"the DuckDB side restates sample and popularity orders only, not {order}")
+
+
 def duckdb_query(settings, only_users: bool) -> str:
     """The shard's traversal as one query (parameters ``$shard`` and, if ``only_users``,
-    ``$users``): first hop capped by ``row_number()``, joined to the capped second hop, grouped
+    ``$users``): first hop (follows of active accounts) capped by ``row_number()``, joined to the
+    capped second hop, grouped
     by (user, candidate), pruned, cut to ``max_candidates_to_score`` and ``top_k`` by
     ``row_number()``; the "followed by" ids are looked up for the kept rows only (computing
     them for every pair with an ordered ``list()`` tripled the query's time)."""
@@ -488,27 +534,36 @@ def duckdb_query(settings, only_users: bool) -> str:
         with
         hop1 as materialized (
             select
-                follower_id as user_id,
-                followee_id as friend_id,
+                active_edges.follower_id as user_id,
+                active_edges.followee_id as friend_id,
                 row_number() over (
-                    partition by follower_id order by sample_key, followee_id
+                    partition by active_edges.follower_id
+                    order by {order_sql(settings.hop1_order)}
                 ) as friend_rank
             from active_edges
+            left join followers on followers.account_id = active_edges.followee_id
             where shard_id = $shard
-                and follower_id in (select user_id from eligible where shard_id = $shard)
+                and active_edges.follower_id in (
+                    select user_id from eligible where shard_id = $shard
+                )
+                and active_edges.followee_id in (
+                    select user_id from users where account_status = 'active'
+                )
                 {user_filter}
             qualify friend_rank <= {settings.hop1_cap}
         ),
         counted as (
             select hop1.user_id, capped.followee_id as candidate_id,
-                count(*)::integer as mutual_count
+                count(*)::integer as mutual_count,
+                sum(path_weights.weight order by hop1.friend_rank) as path_sum
             from hop1
             inner join capped on capped.follower_id = hop1.friend_id
-            group by all
+            inner join path_weights on path_weights.account_id = hop1.friend_id
+            group by hop1.user_id, capped.followee_id
             having count(*) >= {settings.min_mutual_count}
         ),
         pruned as (
-            select counted.*, candidates.activity
+            select counted.*, candidates.activity, candidates.in_degree
             from counted
             inner join candidates on candidates.candidate_id = counted.candidate_id
             where counted.candidate_id <> counted.user_id
@@ -526,12 +581,19 @@ def duckdb_query(settings, only_users: bool) -> str:
         ranked as (
             select
                 user_id, candidate_id, mutual_count,
-                {settings.mutual_weight} * least(mutual_count / {settings.mutual_saturation}, 1.0)
-                    + {settings.activity_weight} * activity as score,
+                {settings.mutual_weight} * least(path_sum / {settings.mutual_saturation}, 1.0)
+                    * (case when {settings.hub_damping} > 0 and scale.hub_in_degree > 0
+                        and in_degree >= scale.hub_in_degree
+                        then pow(scale.hub_in_degree / in_degree, {settings.hub_damping})
+                        else 1.0 end)
+                    + {settings.activity_weight} * activity
+                    + {settings.popularity_weight} * (in_degree * (1.0 / scale.max_in_degree))
+                    as score,
                 (row_number() over (
                     partition by user_id order by score desc, mutual_count desc, candidate_id
                 ))::integer as rank
             from pruned
+            cross join scale
             qualify rank <= {settings.top_k}
         ),
         explained as (

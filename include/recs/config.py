@@ -7,10 +7,12 @@ Defaults and their source:
 
 - ``hop1_cap`` 200, ``hop2_cap`` 50: the design document's bounded two-hop BFS
   (``bounded_second_degree(hop1_cap=200, hop2_cap_per_node=50)``).
-- ``min_mutual_count`` 2, ``max_candidates_to_score`` 500: its ``MIN_MUTUAL_COUNT`` and
-  ``MAX_CANDIDATES_TO_SCORE``.
-- ``mutual_weight`` 0.7, ``mutual_saturation`` 25, ``activity_weight`` 0.3,
+- ``max_candidates_to_score`` 500: its ``MAX_CANDIDATES_TO_SCORE``; ``mutual_saturation`` 25,
   ``half_life_days`` 14: its ``score_candidate`` / ``activity_recency_score``.
+- The ranking (issue 13, measured by ``recs evaluate``: ``bench/evaluation/``): ``ranking``
+  ``adamic_adar``, ``min_mutual_count`` 1 (the design: ``blend``, 2), ``hop2_order``
+  ``popularity``, ``popularity_weight`` 0.02 beside ``mutual_weight`` 0.68 and
+  ``activity_weight`` 0.3 (the design: 0.7, 0.3, none), ``fill_short_lists`` on.
 - ``top_k`` 20: "the top twenty candidates per user are written".
 - ``eligibility_window_days`` 30: "users who were active in the last 30 days".
 - ``cold_start_account_age_hours`` 24, ``cold_start_min_following`` 5: its cold-start rule.
@@ -30,11 +32,17 @@ from __future__ import annotations
 import datetime as dt
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recs.times import naive_utc
+
+HopOrder = Literal["sample", "recency", "reciprocity", "popularity"]
+"""How the capped first and second hops are chosen (``Settings.hop1_order`` / ``hop2_order``)."""
+Ranking = Literal["blend", "adamic_adar", "resource_allocation"]
+"""The path weight of the mutual term (``Settings.ranking``)."""
 
 
 class Settings(BaseSettings):
@@ -102,15 +110,47 @@ class Settings(BaseSettings):
     sample_seed: int = Field(
         20_240_601, ge=0, lt=2**63, description="Seed of the deterministic capped sampling."
     )
-    min_mutual_count: int = Field(2, ge=1, description="Candidates below this are pruned.")
+    min_mutual_count: int = Field(
+        1, ge=1, description="Candidates reached through fewer expanded follows are pruned "
+        "(the design: 2, which cost 0.002-0.006 recall@20 on each graph of bench/evaluation/; "
+        "1 makes the kernel about 3x slower: bench/README.md, 'Issue 13')."
+    )
     max_candidates_to_score: int = Field(500, ge=1, description="Kept by mutual count, pre-score.")
     top_k: int = Field(20, ge=1, le=1000, description="Rows kept per user after ranking.")
     followed_by_count: int = Field(3, ge=0, le=16, description="Mutual ids kept per row.")
+    hop1_order: HopOrder = Field(
+        "sample", description="Which hop1_cap follows of a user are expanded: 'sample' (uniform, "
+        "recs.sampling), 'recency' (newest follows first), 'reciprocity' (follows that follow "
+        "back first) or 'popularity' (most-followed first); ties in sample order."
+    )
+    hop2_order: HopOrder = Field(
+        "popularity", description="Which hop2_cap follows of each first-hop account are "
+        "expanded (graph/indices.npy): the same choices as hop1_order."
+    )
 
-    mutual_weight: float = Field(0.7, ge=0.0, le=1.0)
-    mutual_saturation: float = Field(25.0, gt=0.0, description="mutual_count that saturates.")
-    activity_weight: float = Field(0.3, ge=0.0, le=1.0)
+    ranking: Ranking = Field(
+        "adamic_adar", description="The mutual term's path weight: 'blend' (the design: each "
+        "expanded follow reaching a candidate counts 1, the score is its blend), 'adamic_adar' "
+        "(1 / log2 of that account's follows + followers) or 'resource_allocation' (2 / them)."
+    )
+    mutual_weight: float = Field(0.68, ge=0.0, le=1.0, description="Weight of the mutual term.")
+    mutual_saturation: float = Field(
+        25.0, gt=0.0, description="Weighted mutual count at which the mutual term saturates."
+    )
+    activity_weight: float = Field(0.3, ge=0.0, le=1.0, description="Weight of the activity term.")
     half_life_days: float = Field(14.0, gt=0.0, description="Activity decay half-life, days.")
+    popularity_weight: float = Field(
+        0.02, ge=0.0, le=1.0, description="Weight of the popularity term: the candidate's "
+        "followers / the most-followed account's (0: the design's score)."
+    )
+    hub_damping: float = Field(
+        0.0, ge=0.0, le=4.0, description="Audience-relative damping of hub candidates: a hub's "
+        "mutual term is multiplied by (hub threshold / its followers) ** hub_damping (0: none)."
+    )
+    fill_short_lists: bool = Field(
+        True, description="The read path tops a batch list shorter than the request up from "
+        "the cold-start list (the user's interests, then global), after the read-time filters."
+    )
 
     eligibility_window_days: int = Field(30, ge=1, description="Active within N days to refresh.")
     hub_in_degree_threshold: int | None = Field(
@@ -328,6 +368,34 @@ class Settings(BaseSettings):
         "so an import's memory does not grow with its input.",
     )
 
+    # --- quality evaluation (recs.evaluation, `recs evaluate`) --------------------------------
+    # Excluded from model_dump() like the api_* fields: they configure an evaluation, not a run.
+    eval_holdout_share: float = Field(
+        0.1, exclude=True, gt=0.0, lt=1.0,
+        description="Share of each test user's follows hidden by the random split.",
+    )
+    eval_min_follows: int = Field(
+        10, exclude=True, ge=2, description="Follows a user needs to be a random split's test user."
+    )
+    eval_seed: int = Field(
+        13, exclude=True, ge=0, lt=2**63, description="Seed of the random split and bootstrap."
+    )
+    eval_temporal_quantile: float = Field(
+        0.8, exclude=True, gt=0.0, lt=1.0,
+        description="A temporal split hides the follows made after this quantile of the times.",
+    )
+    eval_min_test_users: int = Field(
+        3000, exclude=True, ge=1, description="A random split is repeated (next seeds) until "
+        "the repeats pool this many test users (recs.evaluation.runner.repeats_for).",
+    )
+    eval_max_repeats: int = Field(
+        10, exclude=True, ge=1, le=100, description="Most repeats of a random split.",
+    )
+    eval_bootstrap_resamples: int = Field(
+        2000, exclude=True, ge=100, le=100_000,
+        description="Resamples of the paired bootstrap confidence intervals.",
+    )
+
     @field_validator("ingest_min_event_time")
     @classmethod
     def _naive_utc(cls, value: dt.datetime) -> dt.datetime:
@@ -342,8 +410,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _weights_bound_the_score(self) -> Settings:
-        if self.mutual_weight + self.activity_weight > 1.0 + 1e-9:
-            raise ValueError("mutual_weight + activity_weight must not exceed 1.0")
+        if self.mutual_weight + self.activity_weight + self.popularity_weight > 1.0 + 1e-9:
+            raise ValueError(
+                "mutual_weight + activity_weight + popularity_weight must not exceed 1.0"
+            )
         return self
 
     @property
@@ -361,8 +431,9 @@ class Settings(BaseSettings):
 
     @property
     def score_max(self) -> float:
-        """Upper bound of ``score``: both terms are in 0..1, so the weights sum bounds it."""
-        return self.mutual_weight + self.activity_weight
+        """Upper bound of ``score``: each term is in 0..1 (the mutual term saturates, the hub
+        damping is at most 1), so the sum of the weights bounds it."""
+        return self.mutual_weight + self.activity_weight + self.popularity_weight
 
 
 @lru_cache(maxsize=1)

@@ -55,6 +55,11 @@ class DatasetError(RecsError):
     non-empty live store to load into without ``--replace`` (``recs.demo``, ``recs.store.bulk``)."""
 
 
+class EvaluationError(RecsError):
+    """An evaluation that cannot be run as asked (``recs evaluate``: unknown variant or
+    baseline, no test user, a temporal split of edges without times)."""
+
+
 # --- the live store (recs.store) -------------------------------------------------------------
 
 

@@ -82,8 +82,10 @@ def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dic
     candidates = follows of follows (active edges; a first hop only through an active account),
     mutual_count = distinct first-hop follows reaching each; drop self, followed or pending, blocked
     either way, muted, dismissed, and accounts not active or not discoverable; keep mutual_count >=
-    2; keep the top 500 by (mutual_count desc, candidate_id asc); score = 0.7·min(m/25, 1) +
-    0.3·0.5^(days/14); top 20 by (score desc, mutual_count desc, candidate_id asc).
+    1; keep the top 500 by (mutual_count desc, candidate_id asc); the shipped score (issue 13):
+    W = Σ over the first hops z reaching it of 1 / log2(max(follows(z) + followers(z), 2)),
+    score = 0.68·min(W/25, 1) + 0.3·0.5^(days/14) + 0.02·followers / max followers; top 20 by
+    (score desc, mutual_count desc, candidate_id asc).
     """
     edges = pl.read_parquet(snapshot / "follow_edges" / "**" / "*.parquet")
     users = pl.read_parquet(snapshot / "users.parquet")
@@ -99,11 +101,25 @@ def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dic
         .join(active_accounts, on="followee_id", how="semi")
         .rename({"follower_id": "user_id", "followee_id": "friend_id"})
     )
+    followers = active.group_by("followee_id").agg(pl.col("follower_id").n_unique().alias("fin"))
+    follows = active.group_by("follower_id").agg(pl.col("followee_id").n_unique().alias("fout"))
+    weights = (
+        follows.rename({"follower_id": "friend_id"})
+        .join(followers.rename({"followee_id": "friend_id"}), on="friend_id", how="left")
+        .select("friend_id", weight=1.0 / pl.max_horizontal(
+            pl.col("fout") + pl.col("fin").fill_null(0), pl.lit(2)
+        ).cast(pl.Float64).log(2))
+    )
+    max_followers = followers["fin"].max()
     hop2 = hop1.join(
         active.rename({"follower_id": "friend_id", "followee_id": "candidate_id"}),
         on="friend_id",
-    )
-    counts = hop2.group_by("user_id", "candidate_id").agg(pl.len().alias("mutual_count"))
+    ).join(weights, on="friend_id", how="left")
+    counts = hop2.group_by("user_id", "candidate_id").agg(
+        pl.len().alias("mutual_count"), pl.col("weight").sum().alias("path_sum")
+    ).join(
+        followers.rename({"followee_id": "candidate_id"}), on="candidate_id", how="left"
+    ).with_columns(pl.col("fin").fill_null(0))
     excluded = pl.concat(
         [
             edges.select(pl.col("follower_id").alias("user_id"), pl.col("followee_id").alias("x")),
@@ -121,15 +137,16 @@ def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dic
         counts.filter(pl.col("user_id") != pl.col("candidate_id"))
         .join(excluded, on=["user_id", "candidate_id"], how="anti")
         .join(recommendable, on="candidate_id", how="inner")
-        .filter(pl.col("mutual_count") >= 2)
+        .filter(pl.col("mutual_count") >= 1)
         .sort(["user_id", "mutual_count", "candidate_id"], descending=[False, True, False])
         .group_by("user_id", maintain_order=True)
         .head(500)
     )
     days = (pl.lit(as_of_naive) - pl.col("last_active_at")).dt.total_microseconds() / 86.4e9
     scored = pruned.with_columns(
-        score=0.7 * pl.min_horizontal(pl.col("mutual_count") / 25.0, pl.lit(1.0))
+        score=0.68 * pl.min_horizontal(pl.col("path_sum") / 25.0, pl.lit(1.0))
         + 0.3 * pl.lit(0.5).pow(pl.max_horizontal(days, pl.lit(0.0)) / 14.0)
+        + 0.02 * pl.col("fin") / max_followers
     ).sort(
         ["user_id", "score", "mutual_count", "candidate_id"], descending=[False, True, True, False]
     )
@@ -140,6 +157,20 @@ def _brute_force(snapshot: Path, user_ids: list[int], as_of: dt.datetime) -> dic
         ]
         for (user,), group in top.group_by("user_id")
     }
+
+
+def _tie_groups(rows: list[tuple]) -> list[set]:
+    """The rows as consecutive groups of equal (score to 1e-12, mutual_count): the path weights
+    are summed in another order here than in the kernel, so equal scores may differ in the last
+    bit and trade places; the last group (cut at 20) is compared by its size only."""
+    groups: list[tuple[float, int, set]] = []
+    for candidate, mutual_count, score in rows:
+        if groups and abs(groups[-1][0] - score) < 1e-12 and groups[-1][1] == mutual_count:
+            groups[-1][2].add(candidate)
+        else:
+            groups.append((score, mutual_count, {candidate}))
+    sets = [group[2] for group in groups]
+    return sets[:-1] + [len(sets[-1])] if len(rows) == 20 else sets
 
 
 def _users_under_caps(snapshot: Path, as_of: dt.datetime, how_many: int) -> list[int]:
@@ -187,16 +218,20 @@ def test_recommendations_equal_a_brute_force_count_on_real_data(demo):
     }
     for user in users:
         got, want = got_by_user.get(user, []), expected.get(user, [])
-        assert [(c, m) for c, m, _ in got] == [(c, m) for c, m, _ in want], user
-        assert [s for *_, s in got] == pytest.approx([s for *_, s in want], abs=1e-12)
+        assert [s for *_, s in got] == pytest.approx([s for *_, s in want], abs=1e-12), user
+        assert _tie_groups(got) == _tie_groups(want), user
     for user in with_lists[:4]:
         document = json.loads(_recs(demo, "recommend", str(user), "--json").stdout)
         assert document["source"] == "batch"
         assert document["run_id"] == demo["run_dir"].name
         items = document["items"]
-        assert [(i["candidate_id"], i["mutual_count"]) for i in items] == [
-            (c, m) for c, m, _ in expected[user]
+        batch = got_by_user[user]
+        assert [(i["candidate_id"], i["mutual_count"]) for i in items[: len(batch)]] == [
+            (c, m) for c, m, _ in batch
         ]
+        # a list shorter than 20 is topped up from cold start (fill_short_lists)
+        assert len(items) == 20
+        assert all(i["score"] is None and i["mutual_count"] == 0 for i in items[len(batch):])
         assert [i["rank"] for i in items] == list(range(1, len(items) + 1))
 
 

@@ -108,8 +108,16 @@ def random_fixture(seed: int, n_users: int = 3000) -> Fixture:
              followed_by_count=2),
         dict(hop1_cap=40, hop2_cap=15, min_mutual_count=2, max_candidates_to_score=8, top_k=5,
              followed_by_count=3, mutual_saturation=3.0),
+        # the shipped ranking: Adamic-Adar paths, popularity term, hop2 by popularity, min 1
+        dict(shipped=True, hop1_cap=6, hop2_cap=4, max_candidates_to_score=3, top_k=2,
+             followed_by_count=2),
+        dict(shipped=True, hop1_cap=40, hop2_cap=15, max_candidates_to_score=8, top_k=5,
+             followed_by_count=3, mutual_saturation=3.0),
+        dict(shipped=True, hop1_cap=40, hop2_cap=15, max_candidates_to_score=8, top_k=5,
+             ranking="resource_allocation", hop1_order="popularity", hop2_order="sample",
+             popularity_weight=0.2, mutual_weight=0.5),
     ],
-    ids=["tight-caps", "wide-caps"],
+    ids=["tight-caps", "wide-caps", "shipped-tight", "shipped-wide", "ra-popularity-hop1"],
 )
 def test_kernel_equals_reference_on_a_random_graph(tmp_path, caps):
     """Every shard of a 3,000-user random graph: the compiled kernel's output equals the

@@ -2,8 +2,9 @@
 
 ``data`` (load-dataset, generate-graph), ``imports`` (import edges, users, blocks, mutes,
 dismissals, interests), ``ingest`` (ingest, reconcile), ``nightly`` (run, shard run, validate,
-publish, summary, runs, runs show, rollback, gc), ``read`` (recommend, serve, token) and
-``report`` (report, dbt-docs) register their commands on the one ``app`` (``recs.cli.app``).
+publish, summary, runs, runs show, rollback, gc), ``read`` (recommend, serve, token),
+``report`` (report, dbt-docs) and ``evaluate`` (evaluate) register their commands on the one
+``app`` (``recs.cli.app``).
 Every command calls the same function the Airflow task or the API calls. Any error a user can
 cause exits non-zero with one line ``recs: error: …`` on stderr, never a traceback (``main``).
 """
@@ -16,7 +17,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from recs.cli import data, imports, ingest, nightly, read, report  # noqa: F401 - each registers its commands
+from recs.cli import data, evaluate, imports, ingest, nightly, read, report  # noqa: F401 - each registers its commands
 from recs.cli.app import app
 from recs.errors import RecsError
 

@@ -28,13 +28,15 @@ log = logging.getLogger("recs.demo.datasets")
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """One real graph file: ``reverse`` if its columns are (followee, follower)."""
+    """One real graph file: ``reverse`` if its columns are (followee, follower);
+    ``time_column``: the 0-based column holding each edge's time (epoch seconds), if any."""
 
     name: str
     filename: str
     description: str
     reverse: bool = False
     separator: str = "\t"
+    time_column: int | None = None
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -59,6 +61,14 @@ DATASETS: dict[str, DatasetSpec] = {
             "Twitter follow graph among the followers of @hersheycareers (Anwar et al., WSDM "
             "2021): 3,726 users, 23,939 follows; columns reversed (file is followee, follower)",
             reverse=True,
+        ),
+        DatasetSpec(
+            "bitcoin-otc",
+            "soc-sign-bitcoinotc.csv.gz",
+            "SNAP soc-sign-bitcoin-otc (who-trusts-whom among Bitcoin OTC traders, signed "
+            "ratings, 2010-2016): 5,881 users, 35,592 rated edges, each with its time",
+            separator=",",
+            time_column=3,
         ),
     )
 }
@@ -135,9 +145,9 @@ def read_edges(name: str, settings: Settings) -> DatasetEdges:
             separator=spec.separator,
             has_header=False,
             comment_prefix="#",
-            new_columns=["left", "right"],
-            schema_overrides={"left": pl.Int64, "right": pl.Int64},
+            columns=[0, 1],  # a file with more columns (bitcoin-otc: rating, time) keeps two
         )
+        raw = raw.rename(dict(zip(raw.columns, ["left", "right"], strict=False))).cast(pl.Int64)
     except Exception as error:  # polars raises ComputeError / NoDataError / ...
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise DatasetError(f"{path} does not parse as two integer columns: {first_line}") from None

@@ -37,11 +37,12 @@ def cold_start_candidates(version: PublishedVersion | None, tags: list[str]) -> 
 
 
 def cold_start_items(
-    user_id: int, limit: int, version: PublishedVersion | None, store: LiveStore
+    user_id: int, limit: int, version: PublishedVersion | None, store: LiveStore,
+    *, skip: set[int] | frozenset[int] = frozenset(), first_rank: int = 1,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` cold-start items (module docstring), ranks 1..n, ``score`` None,
-    ``mutual_count`` 0, no "followed by". Raises ``StoreUnavailableError`` if a fail-closed
-    check fails."""
+    """Up to ``limit`` cold-start items (module docstring), ranks ``first_rank..``, ``score``
+    None, ``mutual_count`` 0, no "followed by"; never one of ``skip`` (the batch items a short
+    list is topped up after). Raises ``StoreUnavailableError`` if a fail-closed check fails."""
     check = LiveCheck(user_id, store)
     try:
         tags = store.interests(user_id)
@@ -49,8 +50,8 @@ def cold_start_items(
         FAIL_OPEN.labels("interests").inc()
         tags = []
     accepted: list[int] = []
-    considered: set[int] = set()
-    candidates = cold_start_candidates(version, tags)
+    considered: set[int] = set(skip)
+    candidates = (c for c in cold_start_candidates(version, tags) if c not in skip)
     while len(accepted) < limit:
         want = max(limit - len(accepted) + 8, 16)  # a few spare for the ones dropped
         chunk = list(itertools.islice(candidates, want))
@@ -80,5 +81,5 @@ def cold_start_items(
             "mutual_count": 0,
             "followed_by": {"ids": [], "others": 0},
         }
-        for position, candidate in enumerate(accepted, start=1)
+        for position, candidate in enumerate(accepted, start=first_rank)
     ]

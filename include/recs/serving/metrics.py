@@ -36,6 +36,10 @@ FOLLOWED_BY_DROPPED = Counter(
 COLD_START = Counter(
     "recs_api_cold_start", "Requests answered from the cold-start path, by why.", ["reason"]
 )
+FILLED = Counter(
+    "recs_api_filled_items",
+    "Cold-start items appended to batch lists shorter than the request (fill_short_lists).",
+)
 FAIL_OPEN = Counter(
     "recs_api_fail_open",
     "Fail-open checks skipped because the live store failed (the list was served unchecked).",

@@ -17,6 +17,10 @@ Flow for user ``u`` (design document, "Online Serving Layer and Cold-Start Handl
    ``mutual_count`` stays the batch's and ``others = mutual_count - len(published ids)``.
 4. **Cold start** (``cold_start``) when step 1 says so, or no version is served, or the user
    has no batch row, or every batch row was dropped.
+5. **Fill** (``fill_short_lists``, issue 13): a batch list left shorter than ``limit`` is
+   topped up with cold-start items (never one already listed; the same read-time filters), so
+   every eligible user gets a full list; ``source`` stays ``batch``, the added items have
+   ``score`` None and ``mutual_count`` 0 like any cold-start item.
 
 Items are renumbered ``rank = 1..n`` after filtering (the served position).
 """
@@ -32,7 +36,7 @@ from recs.errors import DismissalNotFoundError, InvalidRequestError, UnknownUser
 from recs.serving.cold_start import cold_start_items
 from recs.serving.filters import LiveCheck
 from recs.serving.live_store import LiveStore
-from recs.serving.metrics import COLD_START, DROPPED, FOLLOWED_BY_DROPPED
+from recs.serving.metrics import COLD_START, DROPPED, FILLED, FOLLOWED_BY_DROPPED
 from recs.serving.versions import BatchRow, PublishedVersion
 from recs.times import utc_iso, wall_clock
 
@@ -107,6 +111,14 @@ def who_to_follow(
         else:
             items = _validated_batch(user_id, rows, limit, store)
             if items:
+                if settings.fill_short_lists and len(items) < limit:
+                    filled = cold_start_items(
+                        user_id, limit - len(items), version, store,
+                        skip={item["candidate_id"] for item in items},
+                        first_rank=len(items) + 1,
+                    )
+                    FILLED.inc(len(filled))
+                    items.extend(filled)
                 return _document(user_id, "batch", version.run_id, generated_at, items)
             reason = "all_dropped"
     COLD_START.labels(reason).inc()

@@ -3,9 +3,11 @@
 ``mutual_count`` of a candidate = the number of the user's expanded first-hop follows (at most
 ``hop1_cap``, ``inputs.ShardInputs``) whose capped CSR row (at most ``hop2_cap`` entries,
 ``graph``) contains it. Each first-hop row is counted into the user's table (``scratch``), which
-also keeps, per candidate, the first ``followed_by_count`` follows that reached it (in the
-user's sample order) for the "followed by" explanation. Rows sit at random places of the CSR, so
-while counting one row the loop prefetches the row ``PREFETCH_DISTANCE`` follows ahead.
+also sums, per candidate, the path weight of the follows that reached it (``graph.path_weight``,
+``ranking.path_weights``: 1 each for the design's blend) and keeps the first
+``followed_by_count`` of them (in the user's sample order) for the "followed by" explanation.
+Rows sit at random places of the CSR, so while counting one row the loop prefetches the row
+``PREFETCH_DISTANCE`` follows ahead.
 """
 
 from __future__ import annotations
@@ -70,9 +72,12 @@ def prefetch_row(graph, friend, hop2_cap):  # pragma: no cover - compiled
 @stage
 def count_row(graph, friend, hop2_cap, followed_by_count, scratch, shift, mask, n_touched):
     # pragma: no cover - compiled
-    """Count ``friend``'s capped row into the table; returns ``(slots used, row length)``."""
+    """Count ``friend``'s capped row into the table, adding ``friend``'s path weight to each
+    entry's sum; returns ``(slots used, row length)``."""
     fb = followed_by_count
     indices, table_counts, reached_by = graph.indices, scratch.table_counts, scratch.reached_by
+    table_weights = scratch.table_weights
+    weight = graph.path_weight[friend]
     start = graph.indptr[friend]
     end = min(graph.indptr[friend + 1], start + hop2_cap)
     for q in range(np.uint64(start), np.uint64(end)):
@@ -83,6 +88,7 @@ def count_row(graph, friend, hop2_cap, followed_by_count, scratch, shift, mask, 
         if k < fb:
             reached_by[h * np.uint64(fb) + np.uint64(k)] = friend
         table_counts[h] = k + 1
+        table_weights[h] += weight
     return n_touched, end - start
 
 

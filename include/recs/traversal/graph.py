@@ -12,13 +12,20 @@ they share it through the page cache and keep no private O(n_nodes) state::
                                        recommendable (``predicates.recommendable_profiles``)
     account_active.npy  bool[n_nodes]  the account's status is ``active`` (only those are first
                                        hops: ``inputs.shard_inputs``)
+    path_weight.npy  float64[n_nodes]  weight of a mutual path through the account
+                                       (``ranking.path_weights`` of its follows and followers)
+    in_degree.npy  int32[n_nodes]      its followers (``candidate_profiles.in_degree``): the
+                                       popularity term, the hub damping, the popularity order
+    reciprocal_pairs.npy  uint64[...]  sorted ``hop_order.pair_codes`` of the active follows
+                                       followed back (empty unless an order is reciprocity)
     id_index.npy   original id -> dense id (``ids.DenseIndex``: a table or a hash table)
     meta.json      counts and the settings the graph was built with
 
 The node universe is ``snapshot/users.parquet``; follow edges come from
 ``snapshot/follow_edges`` (not ``active``: not expanded; an endpoint missing from ``users``,
-self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity from the
-dbt export ``exports/candidate_profiles.parquet`` (so it runs after ``build_models``). Built with
+self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity and
+followers from the dbt export ``exports/candidate_profiles.parquet`` (so it runs after
+``build_models``), rows cut in ``hop2_order`` (``hop_order``). Built with
 vectorised NumPy one snapshot partition at a time: peak memory is one partition's edges plus
 the capped result. Errors: ``RunNotFoundError``, ``SchemaMismatchError``, ``StaleGraphError``.
 """
@@ -37,29 +44,56 @@ import numpy as np
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
 from recs.files import atomic_write, read_json, write_json
 from recs.sampling import rank_within_groups, sample_keys
+from recs.traversal.hop_order import (
+    ordered_keys,
+    pair_codes,
+    popularity_priority,
+    recency_priority,
+    reciprocated,
+    reciprocity_priority,
+)
 from recs.traversal.ids import DenseIndex
 from recs.traversal.inputs import partition_files
 from recs.traversal.predicates import recommendable_profiles
-from recs.traversal.ranking import activity_term
+from recs.traversal.ranking import activity_term, path_weights
 
 log = logging.getLogger("recs.graph")
 
 GRAPH_FILES = (
-    "user_ids.npy",
-    "indptr.npy",
-    "indices.npy",
-    "activity.npy",
-    "account_active.npy",
-    "id_index.npy",
-    "meta.json",
+    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "account_active.npy",
+    "path_weight.npy", "in_degree.npy", "reciprocal_pairs.npy", "id_index.npy", "meta.json",
 )
-#: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy (older graphs: rebuild).
-GRAPH_FORMAT_VERSION = 3
+#: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy; 4: path_weight.npy,
+#: in_degree.npy, reciprocal_pairs.npy and the hop2 order (older graphs: rebuild).
+GRAPH_FORMAT_VERSION = 4
 
 
 class StaleGraphError(RecsError):
     """The run's graph was built with other settings (``hop2_cap``, ``sample_seed``,
-    ``half_life_days``) or for another ``as_of``."""
+    ``half_life_days``, ``ranking``, ``hop2_order``) or for another ``as_of``."""
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """How rows are cut (``hop_order``): ``order`` and what it needs, by dense id:
+    ``in_degree`` (popularity), ``reciprocal_codes`` (reciprocity, sorted pair codes)."""
+
+    order: str = "sample"
+    in_degree: np.ndarray | None = None
+    reciprocal_codes: np.ndarray | None = None
+
+    def keys(self, followers, followees, src, dst, created_at_us, seed) -> np.ndarray:
+        """The ``uint64`` order keys of these edges (original and dense ids, times in µs)."""
+        keys = sample_keys(followers, followees, seed)
+        if self.order == "sample":
+            return keys
+        if self.order == "recency":
+            priority = recency_priority(created_at_us)
+        elif self.order == "popularity":
+            priority = popularity_priority(self.in_degree[dst])
+        else:
+            priority = reciprocity_priority(reciprocated(src, dst, self.reciprocal_codes))
+        return ordered_keys(keys, priority)
 
 
 def read_user_ids(users_path: Path) -> np.ndarray:
@@ -108,42 +142,97 @@ class _EdgeCounts:
     partitions: list[int] = field(default_factory=list)
 
 
-def _capped_partition(
-    path: Path, index: DenseIndex, hop2_cap: int, seed: int, counts: _EdgeCounts
-) -> tuple[np.ndarray, np.ndarray]:
-    """One partition's capped edges: ``(follower dense int32, followee dense int32)``.
-
-    Sorted by follower, then sample order; at most ``hop2_cap`` per follower.
-    """
+def _active_partition(path: Path, index: DenseIndex, counts: _EdgeCounts | None):
+    """One partition's active follows of known accounts, no self-follows: ``(followers,
+    followees)`` original int64, ``(src, dst)`` dense, ``created_at`` int64 µs."""
     import polars as pl
 
-    frame = pl.read_parquet(path, columns=["follower_id", "followee_id", "status"])
-    counts.edges_read += frame.height
+    frame = pl.read_parquet(path, columns=["follower_id", "followee_id", "created_at", "status"])
     active = frame.filter(pl.col("status") == "active")
-    counts.pending_skipped += frame.height - active.height
     followers = active["follower_id"].to_numpy().astype(np.int64, copy=False)
     followees = active["followee_id"].to_numpy().astype(np.int64, copy=False)
-    del frame, active
+    created = active["created_at"].cast(pl.Datetime("us")).dt.epoch("us").fill_null(0).to_numpy()
     src = index(followers)
     dst = index(followees)
     known = (src >= 0) & (dst >= 0)
-    counts.unknown_endpoint_dropped += int(len(known) - known.sum())
     not_self = src != dst
-    counts.self_loops_dropped += int((known & ~not_self).sum())
+    if counts is not None:
+        counts.edges_read += frame.height
+        counts.pending_skipped += frame.height - active.height
+        counts.unknown_endpoint_dropped += int(len(known) - known.sum())
+        counts.self_loops_dropped += int((known & ~not_self).sum())
     keep = known & not_self
-    followers, followees, src, dst = followers[keep], followees[keep], src[keep], dst[keep]
-    keys = sample_keys(followers, followees, seed)
-    order = sample_sorted(src, len(index.user_ids), keys, dst)
+    return followers[keep], followees[keep], src[keep], dst[keep], created[keep]
+
+
+def _capped_partition(
+    path: Path, index: DenseIndex, hop2_cap: int, seed: int, counts: _EdgeCounts,
+    row_order: RowOrder | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One partition's capped edges: ``(follower dense int32, followee dense int32, full
+    out-degree int64[n_nodes])``, the last counting every distinct active follow.
+
+    Sorted by follower, then ``row_order`` (default ``sample``); at most ``hop2_cap`` per
+    follower.
+    """
+    row_order = row_order or RowOrder()
+    followers, followees, src, dst, created = _active_partition(path, index, counts)
+    keys = row_order.keys(followers, followees, src, dst, created, seed)
+    del followers, followees, created
+    if row_order.order == "sample":
+        order = sample_sorted(src, len(index.user_ids), keys, dst)
+    else:  # keys are priority-first: one exact sort (packing would lose the sample bits)
+        order = np.lexsort((dst, keys, src))
     src, dst, keys = src[order], dst[order], keys[order]
     duplicate = np.zeros(len(src), dtype=bool)
     duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
     if duplicate.any():
         counts.duplicates_dropped += int(duplicate.sum())
         src, dst, keys = src[~duplicate], dst[~duplicate], keys[~duplicate]
+    out_degree = np.bincount(src, minlength=len(index.user_ids)).astype(np.int64)
     rank = rank_within_groups(src)
     counts.rows_capped += int((rank == hop2_cap).sum())
     within = rank < hop2_cap
-    return src[within].astype(np.int32), dst[within].astype(np.int32)
+    return src[within].astype(np.int32), dst[within].astype(np.int32), out_degree
+
+
+def reciprocal_pair_codes(snapshot_dir: Path, index: DenseIndex) -> np.ndarray:
+    """Sorted ``hop_order.pair_codes`` of the snapshot's active follows whose reverse is an
+    active follow too (one pass over every partition; 8 bytes per follow while it runs)."""
+    pieces = []
+    for files in partition_files(Path(snapshot_dir) / "follow_edges").values():
+        for path in files:
+            _, _, src, dst, _ = _active_partition(path, index, None)
+            pieces.append(pair_codes(src, dst))
+    codes = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, dtype=np.uint64)
+    src = (codes >> np.uint64(32)).astype(np.int64)
+    dst = (codes & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    return codes[reciprocated(src, dst, codes)]
+
+
+def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
+    """``int32[n_nodes]``: each account's ``in_degree`` in ``candidate_profiles.parquet`` (0 for
+    an account without a row)."""
+    import polars as pl
+
+    frame = pl.read_parquet(profiles_path, columns=["candidate_id", "in_degree"])
+    in_degree = np.zeros(n_nodes, dtype=np.int32)
+    dense = index(frame["candidate_id"].to_numpy())
+    known = dense >= 0
+    values = frame["in_degree"].fill_null(0).to_numpy().astype(np.int64)[known]
+    in_degree[dense[known]] = np.clip(values, 0, np.iinfo(np.int32).max)
+    return in_degree
+
+
+def smallest_hub_in_degree(hubs_path: Path) -> int:
+    """The smallest ``in_degree`` of ``hub_accounts.parquet`` (0 if no hub or no file): the hub
+    damping's reference audience."""
+    import polars as pl
+
+    if not Path(hubs_path).exists():
+        return 0
+    degrees = pl.read_parquet(hubs_path, columns=["in_degree"])["in_degree"].drop_nulls()
+    return int(degrees.min()) if len(degrees) else 0
 
 
 def candidate_activity(
@@ -211,7 +300,11 @@ def build_graph(paths, settings) -> dict[str, Any]:
     follows in sample order (``settings.sample_seed``).
 
     Also writes ``activity.npy`` (``candidate_activity`` of ``exports/candidate_profiles.parquet``
-    at ``paths.as_of`` and ``settings.half_life_days``) and ``id_index.npy``.
+    at ``paths.as_of`` and ``settings.half_life_days``), ``in_degree.npy`` (its ``in_degree``),
+    ``path_weight.npy`` (``ranking.path_weights`` of ``settings.ranking`` over each account's
+    active follows and its followers), ``reciprocal_pairs.npy`` (if ``hop1_order`` or
+    ``hop2_order`` is ``reciprocity``) and ``id_index.npy``; rows are cut in
+    ``settings.hop2_order``.
 
     Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds", **meta counts}``.
     Raises ``RunNotFoundError`` if ``users.parquet`` or the candidate profiles export is missing
@@ -228,15 +321,30 @@ def build_graph(paths, settings) -> dict[str, Any]:
     hop2_cap = int(settings.hop2_cap)
     counts = _EdgeCounts()
     index = DenseIndex(user_ids)
+    profiles_path = Path(paths.exports_dir) / "candidate_profiles.parquet"
+    in_degree = (
+        profile_in_degrees(profiles_path, index, n_nodes) if profiles_path.exists()
+        else np.zeros(n_nodes, dtype=np.int32)
+    )
+    needs_reciprocity = "reciprocity" in (settings.hop1_order, settings.hop2_order)
+    reciprocal_codes = (
+        reciprocal_pair_codes(paths.snapshot_dir, index) if needs_reciprocity
+        else np.zeros(0, dtype=np.uint64)
+    )
+    row_order = RowOrder(settings.hop2_order, in_degree, reciprocal_codes)
 
-    # Pass 1: each partition's capped rows (int32 pairs, sorted by follower, sample order).
+    # Pass 1: each partition's capped rows (int32 pairs, sorted by follower, hop2 order).
     pieces: list[tuple[np.ndarray, np.ndarray]] = []
     degree = np.zeros(n_nodes, dtype=np.int64)
+    out_degree = np.zeros(n_nodes, dtype=np.int64)
     overlapping = False
     for shard_id, files in partition_files(Path(paths.snapshot_dir) / "follow_edges").items():
         counts.partitions.append(shard_id)
         for path in files:
-            src, dst = _capped_partition(path, index, hop2_cap, settings.sample_seed, counts)
+            src, dst, full = _capped_partition(
+                path, index, hop2_cap, settings.sample_seed, counts, row_order
+            )
+            out_degree += full
             piece_degree = np.bincount(src, minlength=n_nodes)
             overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
             degree += piece_degree
@@ -249,8 +357,11 @@ def build_graph(paths, settings) -> dict[str, Any]:
         src = np.concatenate([p[0] for p in pieces])
         dst = np.concatenate([p[1] for p in pieces])
         del pieces
-        keys = sample_keys(user_ids[src], user_ids[dst], settings.sample_seed)
-        order = sample_sorted(src, n_nodes, keys, dst)
+        keys = row_order.keys(
+            user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
+            settings.sample_seed,
+        )  # (recency: the times are not kept per piece; the re-cut is in sample order then)
+        order = np.lexsort((dst, keys, src))
         src, dst = src[order], dst[order]
         duplicate = np.zeros(len(src), dtype=bool)
         duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
@@ -269,13 +380,9 @@ def build_graph(paths, settings) -> dict[str, Any]:
         del pieces
 
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
-    activity = candidate_activity(
-        Path(paths.exports_dir) / "candidate_profiles.parquet",
-        index,
-        n_nodes,
-        as_of,
-        settings.half_life_days,
-    )
+    activity = candidate_activity(profiles_path, index, n_nodes, as_of, settings.half_life_days)
+    weights = path_weights(settings.ranking, out_degree, in_degree)
+    hub_in_degree = smallest_hub_in_degree(Path(paths.exports_dir) / "hub_accounts.parquet")
     id_array, id_spec = index.saved()
 
     graph_dir = Path(paths.graph_dir)
@@ -286,6 +393,9 @@ def build_graph(paths, settings) -> dict[str, Any]:
     _save_npy(graph_dir / "activity.npy", activity)
     active_accounts = account_active(users_path, index, n_nodes)
     _save_npy(graph_dir / "account_active.npy", active_accounts)
+    _save_npy(graph_dir / "path_weight.npy", weights)
+    _save_npy(graph_dir / "in_degree.npy", in_degree)
+    _save_npy(graph_dir / "reciprocal_pairs.npy", reciprocal_codes)
     _save_npy(graph_dir / "id_index.npy", id_array)
     meta = {
         "format_version": GRAPH_FORMAT_VERSION,
@@ -295,6 +405,11 @@ def build_graph(paths, settings) -> dict[str, Any]:
         "sample_seed": int(settings.sample_seed),
         "as_of": as_of.isoformat(),
         "half_life_days": float(settings.half_life_days),
+        "ranking": settings.ranking,
+        "hop2_order": settings.hop2_order,
+        "reciprocity": bool(needs_reciprocity),
+        "max_in_degree": int(in_degree.max()) if n_nodes else 0,
+        "hub_in_degree": hub_in_degree,
         "recommendable_nodes": int(np.count_nonzero(~np.isnan(activity))),
         "active_accounts": int(np.count_nonzero(active_accounts)),
         "id_index": id_spec,
@@ -311,12 +426,8 @@ def build_graph(paths, settings) -> dict[str, Any]:
     seconds = round(time.perf_counter() - started, 3)
     log.info(
         "graph: %d nodes, %d capped edges (%d read, %d pending, %d unknown endpoint) in %.1fs",
-        n_nodes,
-        len(indices),
-        counts.edges_read,
-        counts.pending_skipped,
-        counts.unknown_endpoint_dropped,
-        seconds,
+        n_nodes, len(indices), counts.edges_read, counts.pending_skipped,
+        counts.unknown_endpoint_dropped, seconds,
     )
     return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}
 
@@ -326,8 +437,9 @@ class CappedGraph:
     """A memory-mapped, read-only capped CSR graph (see the module docstring for the arrays).
 
     ``user_ids`` int64[n_nodes], ``indptr`` int64[n_nodes + 1], ``indices`` int32[n_edges],
-    ``activity`` float64[n_nodes], ``account_active`` bool[n_nodes] and the arrays behind
-    ``index`` (the id map): all
+    ``activity`` float64[n_nodes], ``account_active`` bool[n_nodes], ``path_weight``
+    float64[n_nodes], ``in_degree`` int32[n_nodes], ``reciprocal_pairs`` uint64 and the arrays
+    behind ``index`` (the id map): all
     ``np.memmap`` opened read-only, shared through the page cache, never copied.
     """
 
@@ -338,6 +450,9 @@ class CappedGraph:
     account_active: np.ndarray
     index: DenseIndex
     meta: dict[str, Any]
+    path_weight: np.ndarray | None = None
+    in_degree: np.ndarray | None = None
+    reciprocal_pairs: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -383,6 +498,8 @@ def load_graph(graph_dir: Path) -> CappedGraph:
     user_ids, indptr, indices = mapped("user_ids.npy"), mapped("indptr.npy"), mapped("indices.npy")
     activity, id_array = mapped("activity.npy"), mapped("id_index.npy")
     active_accounts = mapped("account_active.npy")
+    weights, in_degree = mapped("path_weight.npy"), mapped("in_degree.npy")
+    reciprocal_codes = mapped("reciprocal_pairs.npy")
     problems = []
     if user_ids.dtype != np.int64 or len(user_ids) != meta["n_nodes"]:
         problems.append(f"user_ids {user_ids.dtype}[{len(user_ids)}]")
@@ -394,30 +511,35 @@ def load_graph(graph_dir: Path) -> CappedGraph:
         problems.append(f"activity {activity.dtype}[{len(activity)}]")
     if active_accounts.dtype != np.bool_ or len(active_accounts) != meta["n_nodes"]:
         problems.append(f"account_active {active_accounts.dtype}[{len(active_accounts)}]")
+    if weights.dtype != np.float64 or len(weights) != meta["n_nodes"]:
+        problems.append(f"path_weight {weights.dtype}[{len(weights)}]")
+    if in_degree.dtype != np.int32 or len(in_degree) != meta["n_nodes"]:
+        problems.append(f"in_degree {in_degree.dtype}[{len(in_degree)}]")
+    if reciprocal_codes.dtype != np.uint64:
+        problems.append(f"reciprocal_pairs {reciprocal_codes.dtype}")
     if problems:
         raise SchemaMismatchError(f"graph {graph_dir} is inconsistent with meta.json: {problems}")
     index = DenseIndex.from_saved(user_ids, id_array, meta["id_index"])
     return CappedGraph(
-        user_ids=user_ids,
-        indptr=indptr,
-        indices=indices,
-        activity=activity,
-        account_active=active_accounts,
-        index=index,
-        meta=meta,
+        user_ids=user_ids, indptr=indptr, indices=indices, activity=activity,
+        account_active=active_accounts, index=index, meta=meta, path_weight=weights,
+        in_degree=in_degree, reciprocal_pairs=reciprocal_codes,
     )
 
 
 def check_built_for(graph: CappedGraph, settings, as_of: dt.datetime, graph_dir: Path) -> None:
     """Raise ``StaleGraphError`` unless ``graph`` was built for this run: ``as_of`` (naive UTC),
-    ``sample_seed`` and ``half_life_days`` equal, ``hop2_cap`` at least the settings' (a smaller
-    cap reads a prefix of every row, which is the same sample)."""
+    ``sample_seed``, ``half_life_days``, ``ranking`` and ``hop2_order`` equal, reciprocity codes
+    if ``hop1_order`` needs them, ``hop2_cap`` at least the settings' (a smaller cap reads a
+    prefix of every row, which is the same sample)."""
     built = graph.meta
     wanted = {
-        "sample_seed": settings.sample_seed,
-        "half_life_days": float(settings.half_life_days),
-        "as_of": as_of.isoformat(),
+        "sample_seed": settings.sample_seed, "half_life_days": float(settings.half_life_days),
+        "as_of": as_of.isoformat(), "ranking": settings.ranking,
+        "hop2_order": settings.hop2_order,
     }
+    if settings.hop1_order == "reciprocity":
+        wanted["reciprocity"] = True
     if built["hop2_cap"] < settings.hop2_cap or any(built[k] != v for k, v in wanted.items()):
         have = ", ".join(f"{k}={built[k]}" for k in ("hop2_cap", *wanted))
         need = ", ".join(f"{k}={v}" for k, v in wanted.items())

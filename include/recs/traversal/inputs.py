@@ -6,8 +6,9 @@ Reads the run's Hive-partitioned Parquet (``partition_files``): ``exports/eligib
 ``predicates.extra_exclusions``). Returns ``ShardInputs``: per user, the first hop = its active
 follows of known, active accounts (a suspended or deactivated account is no one's first hop, so it
 is never in "followed by" either), no self-follows or duplicates, ordered by ``(sample key,
-followee)`` (``recs.sampling``) and cut to ``hop1_cap``; its exclusions = every own follow of a
-known account (any status) and the extra rows, each with a drop code (``predicates``). All in one
+followee)`` (``recs.sampling``; or ``hop1_order``'s key, ``hop_order``) and cut to
+``hop1_cap``; its exclusions = every own follow of a known account (any status) and the extra
+rows, each with a drop code (``predicates``). All in one
 compiled pass over the partition; memory grows with the shard's edges, not with the graph.
 """
 
@@ -23,6 +24,13 @@ from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS
 from recs.errors import RecsError
 from recs.sampling import sample_key, seed_mixer
 from recs.sharding import shard_array
+from recs.traversal.hop_order import (
+    ordered_keys,
+    popularity_priority,
+    recency_priority,
+    reciprocated,
+    reciprocity_priority,
+)
 from recs.traversal.ids import DenseIndex
 from recs.traversal.jit import compiled
 from recs.traversal.predicates import (
@@ -58,6 +66,7 @@ def partition_files(root: Path) -> dict[int, list[Path]]:
     return {shard: sorted(files) for shard, files in sorted(found.items())}
 
 
+
 def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict, where=None):
     """All rows of ``root/shard_id=<shard_id>/*.parquet`` as a Polars frame (``columns``).
 
@@ -82,9 +91,7 @@ def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
     Python shard functions disagree, so its follows would be in another partition).
     """
     frame = read_partition(
-        Path(paths.exports_dir) / "eligible_users",
-        shard_id,
-        ["user_id"],
+        Path(paths.exports_dir) / "eligible_users", shard_id, ["user_id"],
         EXPORT_SCHEMAS["eligible_users"],
     )
     user_ids = np.unique(frame["user_id"].drop_nulls().to_numpy().astype(np.int64))
@@ -129,6 +136,7 @@ def shard_lists(
     seed: int,
     extra_reasons: np.ndarray | None = None,
     expandable: np.ndarray | None = None,
+    edge_keys: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """First-hop and exclusion CSRs of the shard's users, in one compiled pass.
 
@@ -143,6 +151,8 @@ def shard_lists(
     follows of known accounts, no self-follows or duplicates, ordered by ``(sample key, followee)``
     (``recs.sampling``) and cut to ``hop1_cap``; its exclusions = every follow of a known account
     (any status, code ``predicates.follow_reason``) + the extras, in input order.
+    ``edge_keys`` (``uint64`` per edge): the order keys of another ``hop1_order``
+    (``hop_order``); default the sample keys, computed in the pass.
     """
     as_u64 = lambda a: np.ascontiguousarray(a, dtype=np.int64).view(np.uint64)  # noqa: E731
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
@@ -150,19 +160,14 @@ def shard_lists(
         extra_reasons = np.full(len(extra_positions), OTHER_EXCLUSION, dtype=np.uint8)
     if expandable is None:
         expandable = active
+    if edge_keys is None:
+        edge_keys = np.zeros(0, dtype=np.uint64)
     return _shard_lists(
-        as_i32(user_positions),
-        as_u64(followers),
-        as_u64(followees),
-        as_i32(followee_dense),
+        as_i32(user_positions), as_u64(followers), as_u64(followees), as_i32(followee_dense),
         np.ascontiguousarray(active, dtype=np.bool_),
-        np.ascontiguousarray(expandable, dtype=np.bool_),
-        as_i32(extra_positions),
-        as_i32(extra_dense),
-        np.ascontiguousarray(extra_reasons, dtype=np.uint8),
-        int(n_users),
-        int(hop1_cap),
-        seed_mixer(seed),
+        np.ascontiguousarray(expandable, dtype=np.bool_), as_i32(extra_positions),
+        as_i32(extra_dense), np.ascontiguousarray(extra_reasons, dtype=np.uint8), int(n_users),
+        int(hop1_cap), seed_mixer(seed), np.ascontiguousarray(edge_keys, dtype=np.uint64),
     )
 
 
@@ -192,10 +197,8 @@ def _take_sorted_prefix(
         needs_pass = False
         for j in range(length):
             sorted_values[j] = np.int32(sorted_keys[j] & _LOW32)
-            if (
-                j > 0
-                and sorted_values[j] != sorted_values[j - 1]
-                and ((sorted_keys[j] & _HIGH32) == (sorted_keys[j - 1] & _HIGH32))
+            if j > 0 and sorted_values[j] != sorted_values[j - 1] and (
+                (sorted_keys[j] & _HIGH32) == (sorted_keys[j - 1] & _HIGH32)
             ):
                 needs_pass = True  # two keys share their high bits: redo this group exactly
         if needs_pass:
@@ -260,15 +263,8 @@ def _capped_rows(rows, keys, values, n_rows, cap):  # pragma: no cover - compile
     n_out = 0
     for r in range(n_rows):
         n_out = _take_sorted_prefix(
-            group_keys,
-            group_values,
-            starts[r],
-            starts[r + 1] - starts[r],
-            cap,
-            sorted_keys,
-            sorted_values,
-            out,
-            n_out,
+            group_keys, group_values, starts[r], starts[r + 1] - starts[r], cap,
+            sorted_keys, sorted_values, out, n_out,
         )
         ptr[r + 1] = n_out
     return ptr, out[:n_out].copy()
@@ -276,18 +272,8 @@ def _capped_rows(rows, keys, values, n_rows, cap):  # pragma: no cover - compile
 
 @compiled
 def _shard_lists(
-    positions,
-    followers,
-    followees,
-    dense,
-    active,
-    expandable,
-    extra_positions,
-    extra_dense,
-    extra_reasons,
-    n_users,
-    hop1_cap,
-    seed_mix,
+    positions, followers, followees, dense, active, expandable, extra_positions, extra_dense,
+    extra_reasons, n_users, hop1_cap, seed_mix, edge_keys,
 ):  # pragma: no cover - compiled; see shard_lists
     # counting sort by user: every known follow -> exclusions; expandable non-self -> first hop
     excl_ptr = np.zeros(n_users + 1, dtype=np.int64)
@@ -322,7 +308,10 @@ def _shard_lists(
             excl_fill[user] += 1
             if expandable[i] and followers[i] != followees[i]:
                 at = hop_fill[user]
-                group_keys[at] = sample_key(followers[i], followees[i], seed_mix)
+                if len(edge_keys):
+                    group_keys[at] = edge_keys[i]
+                else:
+                    group_keys[at] = sample_key(followers[i], followees[i], seed_mix)
                 group_values[at] = node
                 hop_fill[user] += 1
     for i in range(len(extra_positions)):
@@ -339,18 +328,37 @@ def _shard_lists(
     n_out = 0
     for user in range(n_users):
         n_out = _take_sorted_prefix(
-            group_keys,
-            group_values,
-            hop_starts[user],
-            hop_starts[user + 1] - hop_starts[user],
-            hop1_cap,
-            sorted_keys,
-            sorted_values,
-            hop1_nodes,
-            n_out,
+            group_keys, group_values, hop_starts[user], hop_starts[user + 1] - hop_starts[user],
+            hop1_cap, sorted_keys, sorted_values, hop1_nodes, n_out,
         )
         hop1_ptr[user + 1] = n_out
     return hop1_ptr, hop1_nodes[:n_out], excl_ptr, excl_nodes, excl_reasons
+
+
+def hop1_keys(settings, followers, followees, follower_dense, followee_dense, created_at, graph):
+    """The first hop's order keys for ``settings.hop1_order`` (``hop_order``), or ``None`` for
+    ``sample`` (the pass computes those itself). ``created_at``: int64 µs (recency only)."""
+    from recs.sampling import sample_keys
+
+    order = settings.hop1_order
+    if order == "sample":
+        return None
+    keys = sample_keys(followers, followees, settings.sample_seed)
+    known = followee_dense >= 0
+    if order == "recency":
+        priority = recency_priority(created_at)
+    elif order == "popularity":
+        followers_of = np.zeros(len(followee_dense), dtype=np.int64)
+        followers_of[known] = graph.in_degree[followee_dense[known]]
+        priority = popularity_priority(followers_of)
+    else:
+        both = known & (follower_dense >= 0)
+        back = np.zeros(len(followee_dense), dtype=bool)
+        back[both] = reciprocated(
+            follower_dense[both], followee_dense[both], graph.reciprocal_pairs
+        )
+        priority = reciprocity_priority(back)
+    return ordered_keys(keys, priority)
 
 
 def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
@@ -361,42 +369,44 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
     ``exports/follow_exclusions/shard_id=N``, the rows ``predicates.extra_exclusions`` keeps.
     ``graph``: the run's ``CappedGraph`` (its id map). Raises ``ShardMismatchError``.
     """
+    import polars as pl
+
     user_ids = eligible_user_ids(paths, shard_id, settings.shard_count)
     positions = DenseIndex(user_ids)
+    columns = ["follower_id", "followee_id", "status"]
+    if settings.hop1_order == "recency":
+        columns.append("created_at")
     edges = read_partition(
-        Path(paths.snapshot_dir) / "follow_edges",
-        shard_id,
-        ["follower_id", "followee_id", "status"],
+        Path(paths.snapshot_dir) / "follow_edges", shard_id, columns,
         SNAPSHOT_SCHEMAS["follow_edges"],
     )
     followers = edges["follower_id"].to_numpy().astype(np.int64, copy=False)
     followees = edges["followee_id"].to_numpy().astype(np.int64, copy=False)
     active = (edges["status"] == "active").fill_null(False).to_numpy()
+    created_at = (
+        edges["created_at"].cast(pl.Datetime("us")).dt.epoch("us").fill_null(0).to_numpy()
+        if "created_at" in edges.columns else None
+    )
     del edges
     extra = read_partition(
-        Path(paths.exports_dir) / "follow_exclusions",
-        shard_id,
-        ["user_id", "excluded_id", "reason"],
-        EXPORT_SCHEMAS["follow_exclusions"],
+        Path(paths.exports_dir) / "follow_exclusions", shard_id,
+        ["user_id", "excluded_id", "reason"], EXPORT_SCHEMAS["follow_exclusions"],
         where=extra_exclusions(),
     ).drop_nulls(["user_id", "excluded_id"])
     followee_dense = graph.dense_ids(followees)
     followee_active = np.zeros(len(followee_dense), dtype=np.bool_)
     known = followee_dense >= 0
     followee_active[known] = graph.account_active[followee_dense[known]]
+    edge_keys = hop1_keys(
+        settings, followers, followees, graph.dense_ids(followers), followee_dense, created_at,
+        graph,
+    )
     hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(
-        positions(followers),
-        followers,
-        followees,
-        followee_dense,
-        active,
-        positions(extra["user_id"].to_numpy()),
-        graph.dense_ids(extra["excluded_id"].to_numpy()),
-        len(user_ids),
-        settings.hop1_cap,
-        settings.sample_seed,
+        positions(followers), followers, followees, followee_dense, active,
+        positions(extra["user_id"].to_numpy()), graph.dense_ids(extra["excluded_id"].to_numpy()),
+        len(user_ids), settings.hop1_cap, settings.sample_seed,
         extra_reasons=exclusion_codes(extra["reason"]),
-        expandable=active & followee_active,
+        expandable=active & followee_active, edge_keys=edge_keys,
     )
     return ShardInputs(
         user_ids=user_ids,

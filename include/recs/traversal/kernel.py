@@ -3,11 +3,12 @@
 ``recommend_users`` runs ``_recommend`` (Numba, no per-user Python) over a shard's users chunk
 by chunk. Per user, ``_recommend`` composes the stage functions, each inlined into it:
 ``predicates.flag_exclusions`` → ``candidates.count_candidates`` → ``predicates.prefilter`` →
-``predicates.cut_to_max_candidates`` → ``ranking.blended_score`` with ``take.insert_top_k`` →
+``predicates.cut_to_max_candidates`` → ``ranking.ranked_score`` with ``take.insert_top_k`` →
 ``take.emit_rows``. Why one compiled per-user counter for all of it: ``README.md`` here.
 
 Contract: ``ShardInputs`` (``inputs``) and a ``CappedGraph`` (``graph``: ``indptr`` int64,
-``indices`` int32, ``activity`` float64, NaN = not recommendable) in; ``KernelResult`` out,
+``indices`` int32, ``activity`` float64, NaN = not recommendable, ``path_weight`` float64,
+``in_degree`` int32) in; ``KernelResult`` out,
 rows in (user position, rank) order, with ``STAGE_COUNTS``: per-stage counts summed over users.
 Memory: scratch bounded by the shard's largest user (``scratch``), output ``top_k`` rows per
 user reserved; nothing O(n_nodes) is allocated.
@@ -30,7 +31,7 @@ from recs.traversal.predicates import (
     flag_exclusions,
     prefilter,
 )
-from recs.traversal.ranking import blended_score
+from recs.traversal.ranking import ranked_score
 from recs.traversal.scratch import Scratch, largest_user_bound, table_shape, user_bound
 from recs.traversal.take import OutputRows, emit_rows, insert_top_k
 
@@ -42,11 +43,8 @@ USERS_PER_CHUNK = 16_384
 #: pre-rank filter (``predicates.DROP_REASONS``; slot = drop code); cut by
 #: ``max_candidates_to_score``; scored; kept (= output rows). candidates = dropped + cut + scored.
 STAGE_COUNTS = (
-    "candidates",
-    *(f"dropped_{reason}" for reason in DROP_REASONS),
-    "cut_by_max_candidates_to_score",
-    "scored",
-    "kept",
+    "candidates", *(f"dropped_{reason}" for reason in DROP_REASONS),
+    "cut_by_max_candidates_to_score", "scored", "kept",
 )
 _CANDIDATES = 0
 _CUT = STAGE_COUNTS.index("cut_by_max_candidates_to_score")
@@ -65,18 +63,28 @@ class KernelParams(NamedTuple):
     mutual_weight: float
     mutual_saturation: float
     activity_weight: float
+    popularity_weight: float
+    hub_damping: float
+    hub_in_degree: int
+    inverse_max_in_degree: float
 
     @classmethod
-    def from_settings(cls, settings) -> KernelParams:
+    def from_settings(cls, settings, graph_meta=None) -> KernelParams:
+        """The settings' values; ``graph_meta`` (``CappedGraph.meta``) gives the run's largest
+        follower count and smallest hub's (none: no popularity term, no hubs)."""
+        meta = graph_meta or {}
+        max_in_degree = int(meta.get("max_in_degree", 0))
         return cls(
-            hop2_cap=int(settings.hop2_cap),
-            min_mutual_count=int(settings.min_mutual_count),
+            hop2_cap=int(settings.hop2_cap), min_mutual_count=int(settings.min_mutual_count),
             max_candidates_to_score=int(settings.max_candidates_to_score),
-            top_k=int(settings.top_k),
-            followed_by_count=int(settings.followed_by_count),
+            top_k=int(settings.top_k), followed_by_count=int(settings.followed_by_count),
             mutual_weight=float(settings.mutual_weight),
             mutual_saturation=float(settings.mutual_saturation),
             activity_weight=float(settings.activity_weight),
+            popularity_weight=float(settings.popularity_weight),
+            hub_damping=float(settings.hub_damping),
+            hub_in_degree=int(meta.get("hub_in_degree", 0)),
+            inverse_max_in_degree=1.0 / max_in_degree if max_in_degree > 0 else 0.0,
         )
 
 
@@ -86,6 +94,8 @@ class Adjacency(NamedTuple):
     indptr: np.ndarray
     indices: np.ndarray
     activity: np.ndarray
+    path_weight: np.ndarray
+    in_degree: np.ndarray
 
 
 @compiled
@@ -102,14 +112,7 @@ def _recommend(
         shift, mask = table_shape(user_bound(user, lists, graph.indptr, params.hop2_cap))
         n_touched = flag_exclusions(user, lists, scratch, shift, mask)
         n_touched, user_traversals = count_candidates(
-            user,
-            lists,
-            graph,
-            params.hop2_cap,
-            params.followed_by_count,
-            scratch,
-            shift,
-            mask,
+            user, lists, graph, params.hop2_cap, params.followed_by_count, scratch, shift, mask,
             n_touched,
         )
         n_passing, n_candidates, max_count = prefilter(
@@ -120,8 +123,9 @@ def _recommend(
         )
         n_kept = 0
         for i in range(n_scored):
-            score = blended_score(
-                scratch.pass_count[i], graph.activity[scratch.pass_node[i]], params
+            node = scratch.pass_node[i]
+            score = ranked_score(
+                scratch.pass_weight[i], graph.activity[node], graph.in_degree[node], params
             )
             n_kept = insert_top_k(i, score, n_kept, params.top_k, scratch)
         n_rows = emit_rows(user, n_kept, params.followed_by_count, scratch, out, n_rows)
@@ -152,21 +156,23 @@ def recommend_users(
 ) -> KernelResult:
     """Run the compiled flow over every user of ``inputs``, chunk by chunk.
 
-    ``graph``: a ``CappedGraph`` (or anything with its ``indptr``, ``indices``, ``activity``).
+    ``graph``: a ``CappedGraph`` (or anything with its ``indptr``, ``indices``, ``activity``,
+    ``path_weight``, ``in_degree`` and optionally ``meta``).
     Scratch is sized by the shard's largest ``scratch.user_bound``, the output by
     ``top_k`` rows per user (only the rows written are touched). Logs progress per chunk on
     ``recs.traversal``.
     """
     n_users = len(inputs.user_ids)
-    params = KernelParams.from_settings(settings)
+    params = KernelParams.from_settings(settings, getattr(graph, "meta", None))
     fb = params.followed_by_count
     scratch = Scratch.allocate(
         bound=int(largest_user_bound(inputs, graph.indptr, params.hop2_cap)),
         max_count=int(np.diff(inputs.hop1_ptr).max()) if n_users else 0,
-        top_k=params.top_k,
-        followed_by_count=fb,
+        top_k=params.top_k, followed_by_count=fb,
     )
-    adjacency = Adjacency(graph.indptr, graph.indices, graph.activity)
+    adjacency = Adjacency(
+        graph.indptr, graph.indices, graph.activity, graph.path_weight, graph.in_degree
+    )
     out = OutputRows.allocate(n_users * params.top_k, fb)
     totals = np.zeros(len(STAGE_COUNTS), dtype=np.int64)
     counts = np.zeros(len(STAGE_COUNTS), dtype=np.int64)
@@ -182,16 +188,11 @@ def recommend_users(
         rows += int(chunk_rows)
         traversals += int(chunk_traversals)
         log.info(
-            "users %d-%d of %d: %d rows, %d traversals, %d candidates",
-            begin,
-            end,
-            n_users,
-            chunk_rows,
-            chunk_traversals,
-            counts[_CANDIDATES],
+            "users %d-%d of %d: %d rows, %d traversals, %d candidates", begin, end, n_users,
+            chunk_rows, chunk_traversals, counts[_CANDIDATES],
         )
     return KernelResult(
-        rows=out.head(rows, fb),
-        traversals=traversals,
+        rows=out.head(rows, fb), traversals=traversals,
         stage_counts=dict(zip(STAGE_COUNTS, totals.tolist(), strict=True)),
     )
+

@@ -124,7 +124,8 @@ def drop_reason(flagged, count, min_mutual_count, activity, node):  # pragma: no
 @stage
 def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma: no cover
     """Apply ``drop_reason`` to every candidate of the user's table, resetting the table on the
-    way. Passing candidates go to ``pass_slot`` / ``pass_node`` / ``pass_count``; each dropped
+    way. Passing candidates go to ``pass_slot`` / ``pass_node`` / ``pass_count`` /
+    ``pass_weight``; each dropped
     one adds 1 to ``counts[code]``. Returns ``(passing, candidates, max mutual_count)``;
     ``candidates`` = distinct accounts counted (a flagged account nobody reached is none)."""
     n_passing = 0
@@ -135,9 +136,11 @@ def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma
         h = np.uint64(scratch.touched[i])
         node = scratch.table_nodes[h]
         c = scratch.table_counts[h]
+        w = scratch.table_weights[h]
         flagged = scratch.table_reasons[h]
         scratch.table_nodes[h] = -1
         scratch.table_counts[h] = 0
+        scratch.table_weights[h] = 0.0
         scratch.table_reasons[h] = 0
         if c == 0:
             continue
@@ -152,6 +155,7 @@ def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma
         scratch.pass_slot[n_passing] = h
         scratch.pass_node[n_passing] = node
         scratch.pass_count[n_passing] = c
+        scratch.pass_weight[n_passing] = w
         n_passing += 1
         if c > max_count:
             max_count = c
@@ -184,15 +188,18 @@ def cut_to_max_candidates(n_passing, max_count, max_candidates, scratch):  # pra
             scratch.pass_slot[n_selected] = scratch.pass_slot[i]
             scratch.pass_node[n_selected] = scratch.pass_node[i]
             scratch.pass_count[n_selected] = c
+            scratch.pass_weight[n_selected] = scratch.pass_weight[i]
             n_selected += 1
         elif c == threshold:
             scratch.tie_nodes[n_ties] = scratch.pass_node[i]
             scratch.tie_slots[n_ties] = scratch.pass_slot[i]
+            scratch.tie_weights[n_ties] = scratch.pass_weight[i]
             n_ties += 1
     order = np.argsort(scratch.tie_nodes[:n_ties])
     for j in range(max_candidates - n_selected):
         scratch.pass_slot[n_selected] = scratch.tie_slots[order[j]]
         scratch.pass_node[n_selected] = scratch.tie_nodes[order[j]]
         scratch.pass_count[n_selected] = threshold
+        scratch.pass_weight[n_selected] = scratch.tie_weights[order[j]]
         n_selected += 1
     return n_selected

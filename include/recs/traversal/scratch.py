@@ -22,20 +22,24 @@ _FIBONACCI32 = 2_654_435_769
 
 class Scratch(NamedTuple):
     """``table_*`` / ``reached_by`` / ``touched``: the counter table, per slot (node int32, -1 =
-    free; count int32; drop reason uint8, 0 = none; the first ``followed_by_count`` first-hop ids
-    that reached it). ``pass_*`` / ``tie_*`` / ``histogram``: the candidates that pass the
-    pre-rank filters and the ``max_candidates_to_score`` cut. ``best`` / ``best_score``: top-k."""
+    free; count int32; path-weight sum float64; drop reason uint8, 0 = none; the first
+    ``followed_by_count`` first-hop ids that reached it). ``pass_*`` / ``tie_*`` /
+    ``histogram``: the candidates that pass the pre-rank filters and the
+    ``max_candidates_to_score`` cut. ``best`` / ``best_score``: top-k."""
 
     table_nodes: np.ndarray
     table_counts: np.ndarray
+    table_weights: np.ndarray
     table_reasons: np.ndarray
     reached_by: np.ndarray
     touched: np.ndarray
     pass_slot: np.ndarray
     pass_node: np.ndarray
     pass_count: np.ndarray
+    pass_weight: np.ndarray
     tie_nodes: np.ndarray
     tie_slots: np.ndarray
+    tie_weights: np.ndarray
     histogram: np.ndarray
     best: np.ndarray
     best_score: np.ndarray
@@ -43,20 +47,23 @@ class Scratch(NamedTuple):
     @classmethod
     def allocate(cls, bound: int, max_count: int, top_k: int, followed_by_count: int) -> Scratch:
         """Scratch for users of at most ``bound`` table entries and ``max_count`` mutuals:
-        ``table_size(bound)`` slots x (4 + 4 + 1 + 4 * followed_by_count) bytes plus
-        ``bound`` x 20 bytes of candidate buffers."""
+        ``table_size(bound)`` slots x (4 + 4 + 8 + 1 + 4 * followed_by_count) bytes plus
+        ``bound`` x 36 bytes of candidate buffers."""
         size = table_size(bound)
         return cls(
             table_nodes=np.full(size, -1, dtype=np.int32),
             table_counts=np.zeros(size, dtype=np.int32),
+            table_weights=np.zeros(size, dtype=np.float64),
             table_reasons=np.zeros(size, dtype=np.uint8),
             reached_by=np.empty(max(1, size * followed_by_count), dtype=np.int32),
             touched=np.empty(size, dtype=np.int32),
             pass_slot=np.empty(bound, dtype=np.int32),
             pass_node=np.empty(bound, dtype=np.int32),
             pass_count=np.empty(bound, dtype=np.int32),
+            pass_weight=np.empty(bound, dtype=np.float64),
             tie_nodes=np.empty(bound, dtype=np.int32),
             tie_slots=np.empty(bound, dtype=np.int32),
+            tie_weights=np.empty(bound, dtype=np.float64),
             histogram=np.empty(max_count + 2, dtype=np.int64),
             best=np.empty(top_k, dtype=np.int32),
             best_score=np.empty(top_k, dtype=np.float64),

@@ -71,6 +71,7 @@ def gate_settings(home: Path, **overrides) -> Settings:
         "followed_by_count": 2,
         "mutual_weight": 0.7,
         "activity_weight": 0.3,
+        "popularity_weight": 0.0,
     }
     values.update(overrides)
     return Settings(**values)

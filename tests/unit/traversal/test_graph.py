@@ -21,13 +21,8 @@ SEED = 20_240_601
 
 # Users 1..5; 99 is not in users. Over two shards (shard_of: 1,4,5 -> 1; 2,3,99 -> 0).
 EDGES = [
-    (1, 2, "active"),
-    (1, 3, "active"),
-    (1, 4, "active"),
-    (1, 5, "active"),
-    (2, 3, "active"),
-    (2, 99, "active"),
-    (2, 4, "pending"),
+    (1, 2, "active"), (1, 3, "active"), (1, 4, "active"), (1, 5, "active"),
+    (2, 3, "active"), (2, 99, "active"), (2, 4, "pending"),
     (3, 3, "active"),
     (99, 1, "active"),
     (5, 1, "active"),
@@ -61,29 +56,13 @@ def test_build_graph_caps_rows_in_sample_order(tmp_path):
     assert graph.follows(99) == []
     assert result["n_edges"] == 5 and result["n_nodes"] == 5
     meta = read_json(paths.graph_dir / "meta.json")
-    assert {
-        k: meta[k]
-        for k in (
-            "edges_read",
-            "pending_skipped",
-            "unknown_endpoint_dropped",
-            "self_loops_dropped",
-            "duplicates_dropped",
-            "rows_capped",
-            "max_row_length",
-            "hop2_cap",
-            "sample_seed",
-        )
-    } == {
-        "edges_read": 10,
-        "pending_skipped": 1,
-        "unknown_endpoint_dropped": 2,
-        "self_loops_dropped": 1,
-        "duplicates_dropped": 0,
-        "rows_capped": 1,
-        "max_row_length": 3,
-        "hop2_cap": 3,
-        "sample_seed": SEED,
+    assert {k: meta[k] for k in (
+        "edges_read", "pending_skipped", "unknown_endpoint_dropped", "self_loops_dropped",
+        "duplicates_dropped", "rows_capped", "max_row_length", "hop2_cap", "sample_seed",
+    )} == {
+        "edges_read": 10, "pending_skipped": 1, "unknown_endpoint_dropped": 2,
+        "self_loops_dropped": 1, "duplicates_dropped": 0, "rows_capped": 1,
+        "max_row_length": 3, "hop2_cap": 3, "sample_seed": SEED,
     }
     assert meta["partitions"] == [0, 1]
 
@@ -114,11 +93,8 @@ def test_activity_is_the_candidate_signal_per_node(tmp_path):
     -> NaN. Recorded in meta: as_of, half_life_days, 3 recommendable nodes."""
     settings = settings_for(tmp_path, shard_count=2)
     users = [
-        User(1),
-        User(2, last_active_at=AS_OF - dt.timedelta(days=14)),
-        User(3, account_status="suspended"),
-        User(4, last_active_at=None),
-        User(5),
+        User(1), User(2, last_active_at=AS_OF - dt.timedelta(days=14)),
+        User(3, account_status="suspended"), User(4, last_active_at=None), User(5),
     ]
     paths = write_run(Fixture(users=users, edges=EDGES, missing_profiles={5}), settings)
     build_graph(paths, settings)
@@ -163,13 +139,8 @@ def test_rebuild_writes_identical_bytes(tmp_path):
     second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
     assert first == second
     assert sorted(first) == [
-        "account_active.npy",
-        "activity.npy",
-        "id_index.npy",
-        "indices.npy",
-        "indptr.npy",
-        "meta.json",
-        "user_ids.npy",
+        "account_active.npy", "activity.npy", "id_index.npy", "in_degree.npy", "indices.npy",
+        "indptr.npy", "meta.json", "path_weight.npy", "reciprocal_pairs.npy", "user_ids.npy",
     ]
 
 
@@ -178,12 +149,8 @@ def test_follower_split_across_partitions_is_capped_once(tmp_path):
     (2, 3 in one; 4, 5 and a duplicate 1->3 in another) still give row 1 = [3, 4, 5]."""
     paths, settings = tiny_graph(tmp_path)
     extra = pl.DataFrame(
-        {
-            "follower_id": [1, 1, 1],
-            "followee_id": [4, 5, 3],
-            "created_at": [None] * 3,
-            "status": ["active"] * 3,
-        },
+        {"follower_id": [1, 1, 1], "followee_id": [4, 5, 3], "created_at": [None] * 3,
+         "status": ["active"] * 3},
         schema=SNAPSHOT_SCHEMAS["follow_edges"],
     )
     part = paths.snapshot_dir / "follow_edges" / "shard_id=000" / "part-1.parquet"

@@ -14,7 +14,7 @@ import pytest
 import recs
 
 #: One user follows dense 0 and 1, which both follow 2 and 3: two rows of 2 mutuals, scored by
-#: ranking.blended_score inside the cached kernel.
+#: ranking.ranked_score inside the cached kernel (the design's blend: 0.7, 0.3, paths of 1).
 SCRIPT = """
 import numpy as np
 from types import SimpleNamespace
@@ -29,8 +29,10 @@ inputs = ShardInputs(
     excl_reasons=np.zeros(0, np.uint8),
 )
 graph = SimpleNamespace(indptr=np.array([0, 2, 4, 4, 4]),
-                        indices=np.array([2, 3, 2, 3], np.int32), activity=np.ones(4))
-print(recommend_users(inputs, graph, Settings()).rows.score.tolist())
+                        indices=np.array([2, 3, 2, 3], np.int32), activity=np.ones(4),
+                        path_weight=np.ones(4), in_degree=np.zeros(4, np.int32))
+settings = Settings(ranking="blend", mutual_weight=0.7, popularity_weight=0.0)
+print(recommend_users(inputs, graph, settings).rows.score.tolist())
 """
 
 
@@ -63,7 +65,7 @@ def test_changing_a_stage_module_recompiles_the_cached_kernel(tmp_path):
     assert any((package / "traversal" / "__pycache__").glob("kernel._recommend-*.nbi"))
     ranking = package / "traversal" / "ranking.py"
     source = ranking.read_text()
-    formula = "return params.mutual_weight * mutual + params.activity_weight * activity"
+    formula = "params.mutual_weight * mutual + params.activity_weight * activity"
     assert formula in source
-    ranking.write_text(source.replace(formula, formula + " + 1.0"))
+    ranking.write_text(source.replace(formula, "1.0 + " + formula))
     assert scores() == [1.356, 1.356]

@@ -40,12 +40,9 @@ def test_kernel_memory_does_not_grow_with_the_graph():
     from recs.traversal.kernel import recommend_users
 
     inputs = ShardInputs(
-        user_ids=np.array([100]),
-        user_dense=np.array([-1], np.int32),
-        hop1_ptr=np.array([0, 2]),
-        hop1_nodes=np.array([0, 1], np.int32),
-        excl_ptr=np.array([0, 0]),
-        excl_nodes=np.zeros(0, np.int32),
+        user_ids=np.array([100]), user_dense=np.array([-1], np.int32),
+        hop1_ptr=np.array([0, 2]), hop1_nodes=np.array([0, 1], np.int32),
+        excl_ptr=np.array([0, 0]), excl_nodes=np.zeros(0, np.int32),
         excl_reasons=np.zeros(0, np.uint8),
     )
     peaks = []
@@ -53,10 +50,9 @@ def test_kernel_memory_does_not_grow_with_the_graph():
         indptr = np.full(n_nodes + 1, 4, dtype=np.int64)
         indptr[:2] = [0, 2]
         graph = SimpleNamespace(
-            indptr=indptr,
-            indices=np.array([2, 3, 2, 3], np.int32),
-            activity=np.ones(n_nodes),
-            n_nodes=n_nodes,
+            indptr=indptr, indices=np.array([2, 3, 2, 3], np.int32),
+            activity=np.ones(n_nodes), n_nodes=n_nodes, path_weight=np.ones(n_nodes),
+            in_degree=np.zeros(n_nodes, np.int32),
         )
         recommend_users(inputs, graph, Settings())  # compile / load outside the trace
         tracemalloc.start()
@@ -81,31 +77,21 @@ def random_run(tmp_path, seed: int = 5, n_users: int = 400):
     reasons = ["blocked", "blocked_by", "muted", "dismissed", "reported"]
     exclusions = {
         (int(u), int(x), reasons[int(r)])
-        for u, x, r in zip(
-            rng.integers(1, n_users + 1, n_users * 3),
-            rng.integers(1, n_users + 1, n_users * 3),
-            rng.integers(0, len(reasons), n_users * 3),
-            strict=True,
-        )
+        for u, x, r in zip(rng.integers(1, n_users + 1, n_users * 3),
+                           rng.integers(1, n_users + 1, n_users * 3),
+                           rng.integers(0, len(reasons), n_users * 3), strict=True)
     }
     users = [
-        User(
-            i,
-            account_status="suspended" if i % 17 == 0 else "active",
-            is_discoverable=i % 13 != 0,
-            eligible=i % 3 != 0,
-        )
+        User(i, account_status="suspended" if i % 17 == 0 else "active",
+             is_discoverable=i % 13 != 0, eligible=i % 3 != 0)
         for i in ids
     ]
     fixture = Fixture(
-        users=users,
-        edges=[(f, t, s) for (f, t), s in edges.items()],
-        exclusions=sorted(exclusions),
-        missing_profiles={i for i in ids if i % 29 == 0},
+        users=users, edges=[(f, t, s) for (f, t), s in edges.items()],
+        exclusions=sorted(exclusions), missing_profiles={i for i in ids if i % 29 == 0},
     )
-    settings = settings_for(
-        tmp_path, shard_count=2, hop1_cap=30, hop2_cap=10, max_candidates_to_score=5, top_k=3
-    )
+    settings = settings_for(tmp_path, shard_count=2, hop1_cap=30, hop2_cap=10,
+                            max_candidates_to_score=5, top_k=3)
     paths = write_run(fixture, settings)
     build_graph(paths, settings)
     return paths, settings
@@ -124,9 +110,9 @@ def plain_stage_counts(inputs, graph, settings) -> dict[str, int]:
     activity = np.asarray(graph.activity)
     for user in range(len(inputs.user_ids)):
         reached = Counter()
-        for friend in inputs.hop1_nodes[inputs.hop1_ptr[user] : inputs.hop1_ptr[user + 1]]:
+        for friend in inputs.hop1_nodes[inputs.hop1_ptr[user]:inputs.hop1_ptr[user + 1]]:
             start = indptr[friend]
-            reached.update(indices[start : min(indptr[friend + 1], start + settings.hop2_cap)])
+            reached.update(indices[start:min(indptr[friend + 1], start + settings.hop2_cap)])
         flags = {}
         if inputs.user_dense[user] >= 0:
             flags[int(inputs.user_dense[user])] = SELF

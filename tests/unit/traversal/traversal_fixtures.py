@@ -55,8 +55,21 @@ class Fixture:
     hubs: list[int] = field(default_factory=list)  # rows of exports/hub_accounts.parquet
 
 
-def settings_for(tmp_path, **overrides) -> Settings:
+#: The design document's ranking (issue 13 keeps it as a named variant): each mutual path counts
+#: 1, min_mutual_count 2, rows in sample order, the 0.7 / 0.3 blend without a popularity term.
+#: The hand-derived tests of the flow pin it; test_ranking derives the shipped default's scores.
+DESIGN_RANKING = {
+    "ranking": "blend", "min_mutual_count": 2, "hop1_order": "sample", "hop2_order": "sample",
+    "mutual_weight": 0.7, "activity_weight": 0.3, "popularity_weight": 0.0, "hub_damping": 0.0,
+}
+
+
+def settings_for(tmp_path, *, shipped: bool = False, **overrides) -> Settings:
+    """Settings of a test run: the design's ranking (``DESIGN_RANKING``), or with ``shipped``
+    the shipped defaults; ``overrides`` on top."""
     values = {"home": tmp_path / "home", "shard_count": 1}
+    if not shipped:
+        values.update(DESIGN_RANKING)
     values.update(overrides)
     return Settings(**values)
 
