@@ -64,6 +64,8 @@ def served(
     )
     if world.settings.store_url:
         env["RECS_STORE_URL"] = world.settings.store_url
+    if "RECS_FILL_SHORT_LISTS" in os.environ:  # conftest: the batch lists unfilled
+        env["RECS_FILL_SHORT_LISTS"] = os.environ["RECS_FILL_SHORT_LISTS"]
     for name, value in settings.items():
         env[f"RECS_{name.upper()}"] = str(value)
     if anyio_idle_seconds is not None:
