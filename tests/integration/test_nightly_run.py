@@ -292,7 +292,7 @@ def test_poisoned_run_fails_the_gate_and_current_stays(demo, monkeypatch):
             "invalid snapshot date",
         ),
         (["shard", "run", "--snapshot-date", DATE, "--shard", "16"], "out of range"),
-        (["shard", "run", "--snapshot-date", "2020-01-01", "--shard", "1"], "no snapshot"),
+        (["shard", "run", "--snapshot-date", "2020-01-01", "--shard", "1"], "no run of 2020-01-01"),
         (["recommend", "abc"], "invalid user id 'abc'"),
     ],
 )
