@@ -180,3 +180,17 @@ def test_docs_describe_everything_and_lineage_runs_from_the_snapshot_to_both_exp
         assert any(node.startswith("model.recs.stg_") for node in reached), exposure["name"]
         assert all(n.startswith(("model.", "source.")) for n in reached), exposure["name"]
     assert set(sources) <= covered, sorted(set(sources) - covered)  # interests: the read API
+
+
+def test_dbt_writes_under_the_run_even_with_a_relative_home(tmp_path, monkeypatch):
+    """RECS_HOME defaults to the relative ./data, and dbt resolves a relative --target-path in
+    its project folder: every path given to dbt is absolute, inside the run."""
+    import datetime as dt
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    paths = RunPaths(Path("data"), dt.date(2026, 11, 1), "night_1")
+    args = dbt_args("docs generate", paths, Settings(home=Path("data")), target="docs")
+    run_dir = (tmp_path / "data" / "runs" / "2026-11-01" / "night_1").as_posix()
+    assert args[args.index("--target-path") + 1] == f"{run_dir}/dbt/docs"
+    assert args[args.index("--log-path") + 1] == f"{run_dir}/dbt/logs"

@@ -88,7 +88,7 @@ def dbt_args(
     logs go under ``<run_dir>/dbt/``. After an in-process invocation, call ``release_duckdb()``.
     """
     project_dir = dbt_project_dir()
-    dbt_dir = paths.run_dir / "dbt"
+    dbt_dir = paths.run_dir.resolve() / "dbt"  # dbt resolves a relative one in the project
     return [
         *command.split(),
         "--project-dir", str(project_dir),
