@@ -120,9 +120,8 @@ def discard_all(home: Path) -> list[str]:
     --replace``): a snapshot of the store they replaced would otherwise be reused for its date,
     and a run would publish the old graph."""
     removed = []
-    root = Path(home) / "snapshots"
-    for name in retained_dates(home) if root.is_dir() else []:
-        target = root / name
+    for name in retained_dates(home):
+        target = Path(home) / "snapshots" / name
         with _date_lock(target):
             aside = target.with_name(staging_name(target.name, ".discarded"))
             os.rename(target, aside)

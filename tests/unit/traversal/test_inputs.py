@@ -103,18 +103,9 @@ def test_shard_lists_builds_first_hop_and_exclusions_in_one_pass():
     followees = np.array([10, 11, 12, 1, 99, 10, 10, 10])
     dense = np.array([0, 1, 2, 3, -1, 0, 0, 0])
     active = np.array([True, True, False, True, True, True, True, True])
-    hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(
-        positions,
-        followers,
-        followees,
-        dense,
-        active,
-        np.array([1, -1, 0]),
-        np.array([2, 1, -1]),
-        2,
-        5,
-        SEED,
-    )
+    args = (positions, followers, followees, dense, active, np.array([1, -1, 0]),
+            np.array([2, 1, -1]), 2, 5, SEED)  # the shard's edges, extras, 2 users, hop1_cap 5
+    hop1_ptr, hop1_nodes, excl_ptr, excl_nodes, excl_reasons = shard_lists(*args)
     first = [{10: 0, 11: 1}[f] for f in capped_follows(1, [10, 11], 5, SEED)]
     assert hop1_ptr.tolist() == [0, 2, 3]
     assert hop1_nodes.tolist() == first + [0]
@@ -125,19 +116,7 @@ def test_shard_lists_builds_first_hop_and_exclusions_in_one_pass():
     assert excl_reasons.tolist() == followed + [OTHER_EXCLUSION]
     muted = exclusion_codes(pl.Series(["muted", "blocked", None]))
     assert muted.tolist() == [6, 4, OTHER_EXCLUSION]
-    *_, excl_reasons = shard_lists(
-        positions,
-        followers,
-        followees,
-        dense,
-        active,
-        np.array([1, -1, 0]),
-        np.array([2, 1, -1]),
-        2,
-        5,
-        SEED,
-        extra_reasons=muted,
-    )
+    *_, excl_reasons = shard_lists(*args, extra_reasons=muted)
     assert excl_reasons.tolist() == followed + [muted[0]]
     _, capped, _, _, _ = shard_lists(
         positions,
