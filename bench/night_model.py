@@ -9,14 +9,15 @@ grows with, then multiplied by the night's:
 | --- | --- | --- |
 | freeze_snapshot, build_models, build_graph | follow edges | 60 B |
 | traverse_shard | traversals | 220 M x (measured traversals per eligible user) |
-| validate_run, publish_run | published rows | 220 M x (measured rows per eligible user) |
+| validate_shard, validate_run, publish_run | published rows | 220 M x (rows per eligible user) |
 
 Linear in each: the stages sort and scan (n log n is within a few percent of n over this
 range), and the traversal's cost per expansion is flat (``make bench``). A stage that runs as one
 process today has **its wall time** scaled (it cannot use more than the cores of one machine,
-and most of its time is one core's); the shard stage has **its CPU time** scaled and divided
-over ``cores``. Peak memory of a one-process stage scales with its quantity too, which is the
-figure that says whether it can run on any machine at all.
+and most of its time is one core's); a mapped stage (``SPREAD``: one task per shard) has **its
+CPU time** scaled and divided over ``cores``, and its peak memory is one task's (the shards
+grow in number, not in size). Peak memory of a one-process stage scales with its quantity too,
+which is the figure that says whether it can run on any machine at all.
 
 Fixed costs (interpreter start-up, imports, dbt's parse, the runtime's resident memory) are
 scaled as if they grew too, so a small run overstates the night: read the model from
@@ -37,7 +38,8 @@ NIGHT_REFRESHED = 220_000_000
 WINDOW_SECONDS = 4 * 3600
 
 BY_EDGES = ("freeze_snapshot", "build_models", "build_graph")
-BY_ROWS = ("validate_run", "publish_run")
+BY_ROWS = ("validate_shard", "validate_run", "publish_run")
+SPREAD = ("traverse_shard", "validate_shard")  # mapped: one task per shard
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,11 @@ def night_model(
     """The night's cost per stage from a measured run.
 
     ``stages``: ``make bench-scale``'s rows (``stage``, ``wall_seconds``, ``cpu_seconds``,
-    ``peak_rss_mb``; the shard stage's name starts with ``traverse_shard``); ``edges`` the
-    run's follow edges, ``eligible_users`` its refreshed users, ``traversals`` and ``rows``
-    its totals; ``shard_peak_mb`` one shard task's peak (it does not grow with the night:
-    the shards do); ``cores`` the cores the shard stage is spread over. Raises ``ValueError``
+    ``peak_rss_mb``; a mapped stage's name starts with one of ``SPREAD``, e.g.
+    ``traverse_shard x 16``); ``edges`` the run's follow edges, ``eligible_users`` its refreshed
+    users, ``traversals`` and ``rows`` its totals; ``shard_peak_mb`` one traversal task's peak (it
+    does not grow with the night: the shards do); ``cores`` the cores the mapped stages are
+    spread over. Raises ``ValueError``
     for a measured quantity of zero (nothing to scale from)."""
     if min(edges, eligible_users, traversals, rows) <= 0:
         raise ValueError("a measured run with edges, eligible users, traversals and rows")
@@ -85,21 +88,23 @@ def night_model(
     costs = []
     for row in stages:
         name = row["stage"]
-        if name in BY_EDGES:
+        base = name.split(" ")[0]
+        if base in BY_EDGES:
             unit = "edges"
-        elif name in BY_ROWS:
+        elif base in BY_ROWS:
             unit = "rows"
-        elif name.startswith("traverse_shard"):
+        elif base == "traverse_shard":
             unit = "traversals"
         else:
             continue  # generate_graph: not part of a night
         measured, needed = night[unit]
         scale = needed / measured
         cpu_hours = row["cpu_seconds"] * scale / 3600
-        spread = unit == "traversals"
+        spread = base in SPREAD
         if spread:
             wall_hours = cpu_hours / cores
-            peak_gb = shard_peak_mb / 1024
+            task_mb = shard_peak_mb if unit == "traversals" else row.get("peak_rss_mb") or 0.0
+            peak_gb = task_mb / 1024
         else:
             wall_hours = row["wall_seconds"] * scale / 3600
             peak_gb = (row.get("peak_rss_mb") or 0.0) * scale / 1024
@@ -109,7 +114,7 @@ def night_model(
 
 
 def cores_for_window(costs: list[StageCost]) -> float | None:
-    """Cores the shard stage needs so the whole night fits ``WINDOW_SECONDS``; None when the
+    """Cores the mapped stages need so the whole night fits ``WINDOW_SECONDS``; None when the
     one-process stages alone take the window or more (no number of cores helps)."""
     serial = sum(c.wall_hours for c in costs if not c.spread)
     left = WINDOW_SECONDS / 3600 - serial
@@ -144,7 +149,7 @@ def render(costs: list[StageCost], cores: int, machine_gb: float) -> list[str]:
             f"  -> does not fit the window at any core count: the one-process stages alone take "
             f"{serial:,.1f} h, and {worst.stage if worst else '-'} would need "
             f"{worst.peak_gb if worst else 0:,.0f} GB in one process (this machine: "
-            f"{machine_gb:,.0f} GB); they must run per shard as the traversal does (issue 15)"
+            f"{machine_gb:,.0f} GB); they must run per shard as the traversal and the gate do"
         )
     else:
         lines.append(f"  -> fits the window with {math.ceil(needed):,} cores for the shards")

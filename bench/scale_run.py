@@ -77,8 +77,8 @@ def stage_child(name: str, home: str, run_id: str, shard: int | None) -> None:
     started = time.perf_counter()
     if name == "freeze_snapshot":
         result = pipeline.freeze_snapshot(paths, get_settings())
-    elif name == "traverse_shard":
-        result = pipeline.traverse_shard(paths, shard)
+    elif name in ("traverse_shard", "validate_shard"):
+        result = getattr(pipeline, name)(paths, shard)
     else:
         result = getattr(pipeline, name)(paths)
     seconds = time.perf_counter() - started
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     stage("freeze_snapshot", [*me, "--stage", "freeze_snapshot", *run], env,
           lambda r: f"{r['row_counts']['follow_edges']:,} follow edges")
     stage("build_models", [*me, "--stage", "build_models", *run], env,
-          lambda r: f"{r['rows']['follow_exclusions']:,} exclusions, "
+          lambda r: f"{r['rows']['follow_exclusions']:,} exclusions besides the follows, "
                     f"{r['rows']['eligible_users']:,} eligible users")
     stage("build_graph", [*me, "--stage", "build_graph", *run], env,
           lambda r: f"{r['n_edges']:,} capped entries of {r['edges_read']:,}")
@@ -223,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['traversals_per_cpu_second'] / 1e6:.1f} M/s task",
         ))
     stages[-len(shards):] = []
+    gates = [
+        stage(f"validate_shard {shard_id:03d}",
+              [*me, "--stage", "validate_shard", "--shard", str(shard_id), *run], env,
+              lambda r: f"{r.get('rows', 0):,} rows, success={r.get('success')}")
+        for shard_id in range(args.shards)
+    ]
+    stages[-len(gates):] = []
     validated = stage("validate_run", [*me, "--stage", "validate_run", *run], env,
           lambda r: f"{r.get('rows', 0):,} rows, {r.get('evaluated', '?')} checks, "
                     f"success={r.get('success')}")["result"]
@@ -241,8 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": max(s["peak_rss_mb"] for s in shards),
         "note": f"{traversals:,} traversals; one process per shard, run one after another",
     }
-    stages.insert(next(i for i, s in enumerate(stages) if s["stage"] == "validate_run"),
-                  shard_row)
+    gate_row = {
+        "stage": f"validate_shard x {len(gates)}",
+        "wall_seconds": sum(s["wall_seconds"] for s in gates),
+        "cpu_seconds": sum(s["cpu_seconds"] for s in gates),
+        "peak_rss_mb": max(s["peak_rss_mb"] for s in gates),
+        "note": f"{sum(g['result'].get('rows', 0) for g in gates):,} rows; one process per "
+                "shard, run one after another",
+    }
+    at = next(i for i, s in enumerate(stages) if s["stage"] == "validate_run")
+    stages[at:at] = [shard_row, gate_row]
     load_after = os.getloadavg()
 
     total_wall = sum(s.get("wall_seconds", 0.0) for s in stages)
@@ -291,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the run's graph/ (memory-mapped by every shard): {graph_mb:,.0f} MB")
     print()
 
+    night = [s for s in stages if s["stage"] != "generate_graph"]
+    shard_wall = shard_row["wall_seconds"]
+    others = sum(s["wall_seconds"] for s in night if s is not shard_row)
+    heaviest = max(night, key=lambda s: s.get("peak_rss_mb") or 0.0)
     checks = [
         ("follow edges >= 50 M", generated["follow_edges"] >= 50_000_000,
          f"{generated['follow_edges']:,}"),
@@ -302,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
          f"{traversals / task_cpu / 1e6:.1f} M/s"),
         ("validated (GX gate) and published", validated.get("success") is True,
          f"{validated.get('evaluated', '?')} checks on {validated.get('rows', 0):,} rows"),
+        ("the stages around the traversal take no longer than it", others <= shard_wall,
+         f"{others:,.1f} s against {shard_wall:,.1f} s"),
+        (f"every task's peak RSS < {RSS_LIMIT_MB} MB", heaviest["peak_rss_mb"] < RSS_LIMIT_MB,
+         f"max {heaviest['peak_rss_mb']:,.0f} MB ({heaviest['stage']})"),
     ]
     for name, passed, value in checks:
         print(f"  {'PASS' if passed else 'FAIL'}  {name}: {value}")

@@ -1,4 +1,4 @@
-"""Nightly who-to-follow: snapshot → dbt → CSR graph → mapped shard traversal → GX → publish.
+"""Nightly who-to-follow: snapshot → dbt → CSR graph → mapped shard traversal and GX → publish.
 
 A declaration only: every task body is one call into ``recs.nightly.pipeline`` (the functions
 the ``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte for byte). Top-level
@@ -14,8 +14,11 @@ reuses ``D``'s retained snapshot; when none is retained it fails at once, unless
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
 the date it runs after.
 
-A shard that still fails after its retries does not stop the night: ``validate_run`` runs once
-every shard is done (``all_done``), gates the shards that were computed, and ``publish_run``
+The gate is mapped too: ``validate_shard`` checks one shard's output once every shard is done
+(``all_done``; a failed shard is recorded as such), so its memory is a shard's. A shard that still
+fails after its retries does not stop the night: ``validate_run`` runs once every shard's gate is
+done (``all_done``), merges their results (validating itself any shard whose result is missing
+or stale), adds the run-wide checks over the shards that were computed, and ``publish_run``
 (``all_success``) carries the failed ones over from the version being replaced. If a stage
 before the traversal failed, ``validate_run`` fails at once, saying which.
 """
@@ -179,6 +182,18 @@ def recs_who_to_follow_nightly():
 
         return pipeline.traverse_shard(_paths(run), shard_id)
 
+    @task(
+        map_index_template="shard-{{ '%03d' % task.op_kwargs['shard_id'] }}",
+        trigger_rule=TriggerRule.ALL_DONE,
+        **DATA_TASK_RETRIES,
+    )
+    def validate_shard(shard_id: int) -> dict:
+        """Great Expectations checks of one shard's output, saved for ``validate_run``; never
+        fails for what it finds (the verdict is the run's), and records a failed shard."""
+        from recs.nightly import pipeline
+
+        return pipeline.validate_shard(_paths(_run_ref()), shard_id)
+
     @task(retries=0, trigger_rule=TriggerRule.ALL_DONE)
     def validate_run() -> dict[str, str]:
         """Great Expectations gate over the computed shards, run even when shards failed; a
@@ -220,9 +235,12 @@ def recs_who_to_follow_nightly():
     run = freeze_snapshot()
     modelled = build_models(run)
     graph = build_graph(modelled)
-    shards = traverse_shard.partial(run=graph).expand(shard_id=plan_shards(graph))
+    shard_ids = plan_shards(graph)
+    shards = traverse_shard.partial(run=graph).expand(shard_id=shard_ids)
+    gated = validate_shard.expand(shard_id=shard_ids)
+    shards >> gated
     validated = validate_run()
-    [graph, shards] >> validated
+    [graph, gated] >> validated
     publish_run(validated)
 
 

@@ -159,6 +159,12 @@ class Settings(BaseSettings):
     hub_quantile: float = Field(0.999, gt=0.0, lt=1.0)
     hub_min_in_degree: int = Field(100, ge=1)
     popularity_per_tag: int = Field(100, ge=1, description="Accounts kept per interest tag.")
+    duckdb_memory_limit: str = Field(
+        "1GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
+        description="DuckDB's memory_limit for the dbt build (build_models): beyond it, joins, "
+        "aggregates and sorts spill to the run's dbt/duckdb_tmp/, so the task's memory is bounded "
+        "by this setting, not by the graph.",
+    )
 
     cold_start_account_age_hours: float = Field(24.0, ge=0.0)
     cold_start_min_following: int = Field(5, ge=0)

@@ -46,7 +46,7 @@ EXPORT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     # exports/eligible_users/shard_id=N/*.parquet — one row per user refreshed tonight.
     "eligible_users": {"user_id": pl.Int64},
     # exports/follow_exclusions/shard_id=N/*.parquet — one row per (user_id, excluded_id, reason);
-    # reason in following, pending, blocked, blocked_by, muted, dismissed.
+    # reason in EXCLUSION_REASONS (a user's own follows are its shard's snapshot follow edges).
     "follow_exclusions": {"user_id": pl.Int64, "excluded_id": pl.Int64, "reason": pl.String},
     # exports/candidate_profiles.parquet — one row per account.
     "candidate_profiles": {
@@ -73,10 +73,14 @@ MAX_USER_ID = 2**63 - 1
 """Largest account id: ids are non-negative signed 64-bit integers (``BIGINT``, ``Int64``)."""
 GLOBAL_TAG = "_global"
 """The tag of the tag-agnostic popularity list (the dbt macro ``global_tag`` spells it too)."""
-EXCLUSION_REASONS = ("following", "pending", "blocked", "blocked_by", "muted", "dismissed")
-"""Why a candidate is excluded for a user (``follow_exclusions.reason``). A new reason is added
-here and in ``dbt_project/models/intermediate/int_exclusions_unioned.sql``; a test checks that
-the dbt ``accepted_values`` of every ``reason`` column equal this list."""
+FOLLOW_REASONS = ("following", "pending")
+"""Why a user's own follow excludes the account it follows: ``following`` (status ``active``) or
+``pending`` (a request). Not in ``follow_exclusions``: they are the snapshot's follow edges,
+partitioned by the follower's shard, which the traversal and the gate read for that shard."""
+EXCLUSION_REASONS = ("blocked", "blocked_by", "muted", "dismissed")
+"""Why a candidate is excluded for a user besides its follows (``follow_exclusions.reason``). A
+new reason is added here and in ``dbt_project/models/intermediate/int_exclusions_unioned.sql``;
+a test checks that the dbt ``accepted_values`` of every ``reason`` column equal this list."""
 
 # --- shards/ and published/ -----------------------------------------------------------------
 # One row per (user_id, candidate_id); sorted by user_id, rank.

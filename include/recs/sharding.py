@@ -52,6 +52,8 @@ def shard_array(user_ids, shard_count: int):
 
 
 def shard_sql(column: str, shard_count: int | str) -> str:
-    """The same function as a DuckDB SQL expression (HUGEINT avoids overflow)."""
-    product = f"(({column})::hugeint * {KNUTH_MULTIPLIER})"
+    """The same function as a DuckDB SQL expression. The low 32 bits of the product depend only
+    on the id's low 32 bits, so the id is reduced first and the product (< 2**64) fits a
+    UBIGINT: no HUGEINT per row (the dbt macro ``shard_id`` compiles to exactly this text)."""
+    product = f"((({column}) % 4294967296)::ubigint * {KNUTH_MULTIPLIER})"
     return f"(({product} % 4294967296) // 65536 % {shard_count})::integer"

@@ -70,7 +70,8 @@ def test_task_graph_is_the_designed_flow(dag):
         "build_graph": ["build_models"],
         "plan_shards": ["build_graph"],
         "traverse_shard": ["build_graph", "plan_shards"],
-        "validate_run": ["build_graph", "traverse_shard"],
+        "validate_shard": ["plan_shards", "traverse_shard"],
+        "validate_run": ["build_graph", "validate_shard"],
         "publish_run": ["validate_run"],
     }
 
@@ -82,15 +83,19 @@ def test_retries_on_data_tasks_none_on_the_gate(dag):
         "build_models",
         "build_graph",
         "traverse_shard",
+        "validate_shard",
         "publish_run",
     ):
         assert tasks[task_id].retries >= 1, task_id
     assert tasks["validate_run"].retries == 0
+    for task_id in ("validate_shard", "validate_run"):  # they judge failed shards too
+        assert str(tasks[task_id].trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
     assert str(tasks["publish_run"].trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS")
 
 
-def test_shard_task_is_mapped_with_a_readable_index(dag):
-    task = dag.get_task("traverse_shard")
+@pytest.mark.parametrize("task_id", ["traverse_shard", "validate_shard"])
+def test_shard_tasks_are_mapped_with_a_readable_index(dag, task_id):
+    task = dag.get_task(task_id)
     assert task.map_index_template is not None
     rendered = task.map_index_template.replace("{{ '%03d' % task.op_kwargs['shard_id'] }}", "007")
     assert rendered == "shard-007"

@@ -1,14 +1,12 @@
 {#-
     Every reason a user must not be recommended an account (ARCHITECTURE §1, pruning), one
-    select per reason. A new exclusion is a new branch here and a new accepted reason.
+    select per reason, except the user's own follows (active or pending): those are the
+    snapshot's follow edges, partitioned by the follower's shard, which the traversal and the
+    gate read anyway; repeating them here made this the largest model of the build (one row per
+    follow edge, sorted and exported). A new exclusion is a new branch here and a new accepted
+    reason (recs.contracts.EXCLUSION_REASONS).
 -#}
 with
-
-follow_edges as (
-
-    select * from {{ ref('stg_follow_edges') }}
-
-),
 
 blocks as (
 
@@ -28,27 +26,6 @@ dismissed_candidates as (
 
 ),
 
-following as (
-
-    select
-        follower_id as user_id,
-        followee_id as excluded_id,
-        'following' as reason
-    from follow_edges
-    where follow_status = 'active'
-
-),
-
-pending as (
-
-    select
-        follower_id as user_id,
-        followee_id as excluded_id,
-        'pending' as reason
-    from follow_edges
-    where follow_status = 'pending'
-
-),
 
 blocked as (
 
@@ -92,10 +69,6 @@ dismissed as (
 
 unioned as (
 
-    select * from following
-    union all
-    select * from pending
-    union all
     select * from blocked
     union all
     select * from blocked_by

@@ -47,11 +47,23 @@ class GateBatch:
         self.expectations.append((check, expectation_class(**kwargs, meta={"check": check})))
 
 
-def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]:
+def run_checkpoints(
+    batches: list[GateBatch],
+    paths: RunPaths,
+    *,
+    label: str | None = None,
+    data_docs: bool = True,
+    saved_results: list[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """Validate each batch with its own suite, validation definition and checkpoint.
 
     One ephemeral GX context, analytics and progress bars off. The GX run id is the run's id
     and ``paths.as_of`` (not the wall clock), so the saved document is the same on a rerun.
+    ``label`` (e.g. ``shard_007``) is appended to each batch's GX asset name, so the results of
+    the same batch of several shards stay apart in one Data Docs site. ``data_docs``: build the
+    run's site (``build_data_docs``) from this call's results and ``saved_results`` (the
+    ``gx_results`` of earlier calls, e.g. one per shard task). The document also holds
+    ``gx_results``: GX's validation results of this call, serialized by its store.
     Returns ``{"run_id", "success", "statistics", "data_docs", "checkpoints": [{"name", "batch",
     "rows", "success", "statistics", ["error"], "expectations": [{"name", "expectation_type",
     "kwargs", "success", "errored", "result", ["exception", "exception_info"]}]}]}``,
@@ -73,7 +85,7 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
 
     checkpoints = []
     for batch in batches:
-        asset = datasource.add_dataframe_asset(batch.name)
+        asset = datasource.add_dataframe_asset(f"{batch.name}_{label}" if label else batch.name)
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_frame")
         suite = gx.ExpectationSuite(name=f"recs_{batch.name}")
         for _, expectation in batch.expectations:
@@ -105,7 +117,15 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
 
     evaluated = sum(len(c["expectations"]) for c in checkpoints)
     successful = sum(e["success"] for c in checkpoints for e in c["expectations"])
-    data_docs = build_data_docs(context, paths)
+    store = context.validation_results_store
+    gx_results = [
+        {"key": list(key.to_tuple()), "value": store.serialize(store.get(key))}
+        for key in store.list_keys()
+    ]
+    docs = None
+    if data_docs:
+        _restore_results(context, saved_results)
+        docs = build_data_docs(context, paths)
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -115,9 +135,28 @@ def run_checkpoints(batches: list[GateBatch], paths: RunPaths) -> dict[str, Any]
             "successful_expectations": successful,
             "unsuccessful_expectations": evaluated - successful,
         },
-        "data_docs": str(data_docs) if data_docs else None,
+        "data_docs": str(docs) if docs else None,
         "checkpoints": checkpoints,
+        "gx_results": gx_results,
     }
+
+
+def _restore_results(context: Any, saved: list[dict[str, Any]]) -> None:
+    """Put validation results serialized by ``run_checkpoints`` (``gx_results``) back into
+    ``context``'s store, so its Data Docs render them too. One that cannot be read is logged
+    and left out: the docs are a view of the results, not the verdict."""
+    from great_expectations.data_context.types.resource_identifiers import (
+        ValidationResultIdentifier,
+    )
+
+    store = context.validation_results_store
+    for item in saved:
+        try:
+            key = ValidationResultIdentifier.from_tuple(tuple(item["key"]))
+            store.set(key, store.deserialize(item["value"]))
+        except Exception as error:  # noqa: BLE001
+            log.warning("a saved GX result could not be restored for Data Docs: %s: %s",
+                        type(error).__name__, error)  # fmt: skip
 
 
 def build_data_docs(context: Any, paths: RunPaths) -> Path | None:

@@ -43,11 +43,16 @@ def missing_upstream(paths: RunPaths) -> str | None:
     return None
 
 
-def eligible_users(exports_dir: Path) -> pl.DataFrame:
-    """Tonight's eligible users, one row per ``user_id`` (Int64), from
-    ``eligible_users/shard_id=N/*.parquet`` (a shard without eligible users has no folder; an
-    empty or absent export is an empty frame)."""
-    files = sorted((Path(exports_dir) / "eligible_users").glob("shard_id=*/*.parquet"))
+def eligible_users(exports_dir: Path, shard_ids: list[int] | None = None) -> pl.DataFrame:
+    """Tonight's eligible users (of the shards ``shard_ids`` only, if given), one row per
+    ``user_id`` (Int64), from ``eligible_users/shard_id=N/*.parquet`` (a shard without eligible
+    users has no folder; an empty or absent export is an empty frame)."""
+    root = Path(exports_dir) / "eligible_users"
+    if shard_ids is None:
+        files = sorted(root.glob("shard_id=*/*.parquet"))
+    else:
+        folders = [root / f"shard_id={shard_id}" for shard_id in sorted(set(shard_ids))]
+        files = sorted(f for folder in folders for f in folder.glob("*.parquet"))
     if not files:
         return pl.DataFrame(schema={"user_id": pl.Int64})
     return (
@@ -95,8 +100,11 @@ class ShardOutputs:
         return statuses
 
 
-def read_shard_outputs(paths: RunPaths, shard_count: int) -> ShardOutputs:
-    """Read the planned shards ``0 .. shard_count-1`` of the run (no expectations yet).
+def read_shard_outputs(
+    paths: RunPaths, shard_count: int, shard_ids: list[int] | None = None
+) -> ShardOutputs:
+    """Read the planned shards ``0 .. shard_count-1`` of the run, or those of ``shard_ids`` only
+    (no expectations yet).
 
     Any other ``shard_id=*`` folder (left by a plan with more shards) is ignored and logged.
     The ``shards`` frame, one row per computed shard, by shard_id: ``shard_id`` Int64,
@@ -112,9 +120,9 @@ def read_shard_outputs(paths: RunPaths, shard_count: int) -> ShardOutputs:
     failed: list[int] = []
     planned = {paths.shard_dir(shard_id).name for shard_id in range(shard_count)}
     ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
-    if ignored:
+    if ignored and shard_ids is None:
         log.warning("validate %s: ignoring unplanned shard folders %s", paths.run_id, ignored)
-    for shard_id in range(shard_count):
+    for shard_id in range(shard_count) if shard_ids is None else shard_ids:
         output = paths.shard_output(shard_id)
         manifest_path = paths.shard_manifest(shard_id)
         if not (output.is_file() and manifest_path.is_file()):

@@ -1,7 +1,8 @@
 """The nightly run as plain functions: each Airflow task and each CLI command calls one of these.
 
 Stage order (ARCHITECTURE §2): ``freeze_snapshot`` → ``build_models`` → ``build_graph`` →
-``plan_shards`` → ``traverse_shard`` × S → ``validate_run`` → ``publish_run``.
+``plan_shards`` → ``traverse_shard`` × S → ``validate_shard`` × S → ``validate_run`` →
+``publish_run``.
 
 Every stage takes a ``RunPaths`` (run-scoped folders; never "latest", never the wall clock),
 writes only under it (``publish_run`` also under ``published/``), overwrites its own outputs on
@@ -131,9 +132,23 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
         return _traverse(paths, settings, shard_id)
 
 
+def validate_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
+    """The gate's checks of one shard (``recs.nightly.shard_gate``), saved for ``validate_run``;
+    never raises for what it finds (the verdict is the run's). Holds the shard's lock, so it
+    never reads a shard that ``traverse_shard`` is rewriting."""
+    from recs.nightly.shard_gate import validate_shard as _validate
+
+    settings = run_settings(paths)
+    check_shard(shard_id, settings.shard_count)
+    with shard_lock(paths, shard_id):
+        return _validate(paths, settings, shard_id)
+
+
 def validate_run(paths: RunPaths) -> dict[str, Any]:
-    """The Great Expectations gate over the computed shards; raises ``ValidationFailedError``
-    (the data), ``ValidationEngineError`` (the gate itself) or ``NothingToValidateError``."""
+    """The Great Expectations gate over the computed shards (their ``validate_shard`` results,
+    or validated here when missing or stale, and the run-wide checks); raises
+    ``ValidationFailedError`` (the data), ``ValidationEngineError`` (the gate itself) or
+    ``NothingToValidateError``."""
     from recs.nightly.validation import validate_run as _validate
 
     with run_lock(paths):
@@ -208,6 +223,7 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         "seconds": round(time.perf_counter() - t0, 3),
         "result": {"shards": len(shard_results), "failed": [f["shard_id"] for f in failed]},
     }
+    timed("validate_shard", lambda: [validate_shard(paths, shard_id) for shard_id in shard_ids])
     timed("validate_run", validate_run, paths)
     timed("publish_run", publish_run, paths)
     return {

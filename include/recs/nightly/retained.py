@@ -163,77 +163,79 @@ def freeze(
         url, standby = snapshot_source(settings)
         if standby is not None:
             log.info("snapshot standby caught up with the primary: %s", standby)
-        frames: dict[str, pl.DataFrame] = {}
-        with open_reader(url) as reader:
-            backend = reader.backend
+        with spill_folder(target) as spill:  # the follow edges' pieces, until written
+            frames: dict[str, pl.DataFrame] = {}
+            with open_reader(url) as reader:
+                backend = reader.backend
+                try:
+                    users = reader.read_table("users")  # first: the plan and the staleness check
+                    newest = _newest(users)
+                    if not rebuild and newest is not None:
+                        refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
+                    frames["users"], dropped, excluded = _users_as_of(users, cut_off)
+                    plan = plan_shards(
+                        _eligible(frames["users"], cut_off, settings.eligibility_window_days),
+                        fixed=settings.shard_count,
+                        users_target=settings.shard_users_target,
+                        minimum=settings.shard_count_min,
+                        maximum=settings.shard_count_max,
+                        max_map_length=max_map_length,
+                    )
+                    chunks = (
+                        _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
+                        for chunk in reader.iter_table("follow_edges")
+                    )
+                    parts, by_status = partition_by_shard(chunks, plan.shard_count, spill)
+                    for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
+                        table = reader.read_table(name)
+                        frames[name] = _as_of(table, name, cut_off, dropped, excluded)
+                except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
+                    raise
+                except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
+                    raise LiveStoreError(
+                        f"reading the live store {display_url(url)} failed (the run can be "
+                        f"retried): {one_line(error, url, limit=300)}"
+                    ) from error
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.with_name(staging_name(target.name, ".partial"))
+            staging.mkdir()
             try:
-                users = reader.read_table("users")  # first: the plan and the staleness check
-                newest = _newest(users)
-                if not rebuild and newest is not None:
-                    refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
-                frames["users"], dropped, excluded = _users_as_of(users, cut_off)
-                plan = plan_shards(
-                    _eligible(frames["users"], cut_off, settings.eligibility_window_days),
-                    fixed=settings.shard_count,
-                    users_target=settings.shard_users_target,
-                    minimum=settings.shard_count_min,
-                    maximum=settings.shard_count_max,
-                    max_map_length=max_map_length,
-                )
-                chunks = (
-                    _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
-                    for chunk in reader.iter_table("follow_edges")
-                )
-                parts, by_status = partition_by_shard(chunks, plan.shard_count)
-                for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
-                    frames[name] = _as_of(reader.read_table(name), name, cut_off, dropped, excluded)
-            except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
+                tables = {}
+                for name, frame in frames.items():
+                    relative = f"{name}.parquet"
+                    write_parquet(
+                        frame.sort(SORT_KEYS[name]), SNAPSHOT_SCHEMAS[name], staging / relative
+                    )
+                    tables[name] = {"path": relative, "rows": frame.height}
+                shards = write_follow_edges(parts, plan.shard_count, staging)
+                tables["follow_edges"] = {
+                    "path": "follow_edges",
+                    "rows": sum(s["rows"] for s in shards),
+                }
+                document = {
+                    "snapshot_date": paths.snapshot_date.isoformat(),
+                    "cut_off": paths.as_of.isoformat(),
+                    "frozen_by_run_id": paths.run_id,
+                    "rebuilt": rebuild,
+                    "store": {
+                        "backend": backend,
+                        "url": display_url(settings.live_store_url),
+                        "read_from": "store" if standby is None else "standby",
+                        "newest_timestamp": newest.isoformat() if newest is not None else None,
+                    },
+                    "shard_count": plan.shard_count,
+                    "eligible_users": plan.eligible_users,
+                    "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
+                    "row_counts": {name: tables[name]["rows"] for name in SNAPSHOT_SCHEMAS},
+                    "follow_edges_by_status": by_status,
+                    "follow_edges_shards": shards,
+                    "excluded_after_cut_off": dict(sorted(excluded.items())),
+                }
+                write_json(staging / MANIFEST, document)
+                _swap_in(staging, target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
                 raise
-            except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
-                raise LiveStoreError(
-                    f"reading the live store {display_url(url)} failed (the run can be "
-                    f"retried): {one_line(error, url, limit=300)}"
-                ) from error
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(staging_name(target.name, ".partial"))
-        staging.mkdir()
-        try:
-            tables = {}
-            for name, frame in frames.items():
-                relative = f"{name}.parquet"
-                write_parquet(
-                    frame.sort(SORT_KEYS[name]), SNAPSHOT_SCHEMAS[name], staging / relative
-                )
-                tables[name] = {"path": relative, "rows": frame.height}
-            shards = write_follow_edges(parts, plan.shard_count, staging)
-            tables["follow_edges"] = {
-                "path": "follow_edges",
-                "rows": sum(s["rows"] for s in shards),
-            }
-            document = {
-                "snapshot_date": paths.snapshot_date.isoformat(),
-                "cut_off": paths.as_of.isoformat(),
-                "frozen_by_run_id": paths.run_id,
-                "rebuilt": rebuild,
-                "store": {
-                    "backend": backend,
-                    "url": display_url(settings.live_store_url),
-                    "read_from": "store" if standby is None else "standby",
-                    "newest_timestamp": newest.isoformat() if newest is not None else None,
-                },
-                "shard_count": plan.shard_count,
-                "eligible_users": plan.eligible_users,
-                "tables": {name: tables[name] for name in SNAPSHOT_SCHEMAS},
-                "row_counts": {name: tables[name]["rows"] for name in SNAPSHOT_SCHEMAS},
-                "follow_edges_by_status": by_status,
-                "follow_edges_shards": shards,
-                "excluded_after_cut_off": dict(sorted(excluded.items())),
-            }
-            write_json(staging / MANIFEST, document)
-            _swap_in(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         log.info("retained snapshot %s: %s (left out after the cut-off: %s)",
                  target, document["row_counts"], document["excluded_after_cut_off"])  # fmt: skip
         return standby
@@ -322,38 +324,62 @@ def shard_path(shard_id: int) -> str:
 
 
 def partition_by_shard(
-    chunks: Iterator[pl.DataFrame], shard_count: int
-) -> tuple[dict[int, list[pl.DataFrame]], dict[str, int]]:
-    """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read; returns the
-    unsorted pieces of each shard and the row count per ``status``. Chunk by chunk, not the
-    whole table: a global ``partition_by`` doubles peak memory (``bench/README.md``)."""
-    parts: dict[int, list[pl.DataFrame]] = {}
+    chunks: Iterator[pl.DataFrame], shard_count: int, spill_dir: Path
+) -> tuple[dict[int, list[Path]], dict[str, int]]:
+    """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read, each shard's
+    piece of each chunk spilled to ``spill_dir/NNN/MMMMMM.arrow`` (Arrow IPC, uncompressed), so
+    memory holds one chunk, not the table; returns the spill files of each shard and the row
+    count per ``status``. The caller removes ``spill_dir``. Chunk by chunk: a global
+    ``partition_by`` doubles peak memory (``bench/README.md``)."""
+    parts: dict[int, list[Path]] = {}
     by_status: dict[str, int] = {}
-    for chunk in chunks:
+    for number, chunk in enumerate(chunks):
         for status, count in chunk.group_by("status").len().iter_rows():
             by_status[status] = by_status.get(status, 0) + count
         keyed = chunk.with_columns(shard_expr("follower_id", shard_count).alias("_shard"))
         for key, part in keyed.partition_by("_shard", as_dict=True, include_key=False).items():
-            parts.setdefault(int(key[0]), []).append(part)
+            shard_id = int(key[0])
+            path = spill_dir / f"{shard_id:03d}" / f"{number:06d}.arrow"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part.write_ipc(path, compression="uncompressed")
+            parts.setdefault(shard_id, []).append(path)
     return parts, dict(sorted(by_status.items()))
 
 
 def write_follow_edges(
-    parts: dict[int, list[pl.DataFrame]], shard_count: int, target: Path
+    parts: dict[int, list[Path]], shard_count: int, target: Path
 ) -> list[dict[str, Any]]:
-    """Write every shard ``0 .. shard_count-1`` (empty ones too), each sorted by its key, in a
-    thread pool (sorting, encoding and compression release the GIL); consumes ``parts``."""
+    """Write every shard ``0 .. shard_count-1`` (empty ones too) from its spilled pieces
+    (``partition_by_shard``), each sorted by its key, in a thread pool (sorting, encoding and
+    compression release the GIL; memory: ``WRITE_THREADS`` shards at a time)."""
     contract = SNAPSHOT_SCHEMAS["follow_edges"]
-    empty = [pl.DataFrame(schema=contract)]
 
     def write(shard_id: int) -> dict[str, Any]:
-        part = pl.concat(parts.pop(shard_id, empty)).sort(SORT_KEYS["follow_edges"])
+        pieces = [pl.read_ipc(path) for path in parts.get(shard_id, [])]
+        part = pl.concat(pieces or [pl.DataFrame(schema=contract)])
+        del pieces
+        part = part.sort(SORT_KEYS["follow_edges"])
         relative = shard_path(shard_id)
         write_parquet(part, contract, target / relative)
         return {"shard_id": shard_id, "path": relative, "rows": part.height}
 
     with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="recs-snap") as pool:
         return list(pool.map(write, range(shard_count)))
+
+
+@contextmanager
+def spill_folder(beside: Path) -> Iterator[Path]:
+    """A fresh folder for ``partition_by_shard``'s pieces next to ``beside`` (same filesystem),
+    removed on exit whatever happens; one left by a killed attempt is removed by the next."""
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in beside.parent.glob(f".{beside.name}.*.spill"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    folder = beside.with_name(staging_name(beside.name, ".spill"))
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _swap_in(staging: Path, target: Path) -> None:

@@ -18,7 +18,8 @@ Layout of one run (``RunPaths``)::
             candidate_profiles.parquet  popularity_index.parquet  hub_accounts.parquet
         graph/                          build_graph: capped CSR, memory-mapped read-only
         shards/shard_id=NNN/recommendations.parquet + manifest.json
-        validation/                     validate_run: GX results
+        validation/                     validate_run: GX results, Data Docs
+            shards/shard_id=NNN/results.json    validate_shard: one shard's gate
 
 Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
 letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
@@ -183,6 +184,9 @@ class RunPaths:
 
     def shard_manifest(self, shard_id: int) -> Path:
         return self.shard_dir(shard_id) / "manifest.json"
+
+    def shard_validation(self, shard_id: int) -> Path:
+        return self.validation_dir / "shards" / f"shard_id={shard_id:03d}" / "results.json"
 
 
 def check_shard(shard_id: int, shard_count: int) -> int:

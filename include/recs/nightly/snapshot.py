@@ -170,8 +170,9 @@ def _materialize(
             chunks = (
                 pl.read_parquet(frozen / shard["path"]) for shard in document["follow_edges_shards"]
             )
-            parts, _ = retained.partition_by_shard(chunks, shard_count)
-            shards = retained.write_follow_edges(parts, shard_count, staging)
+            with retained.spill_folder(staging) as spill:
+                parts, _ = retained.partition_by_shard(chunks, shard_count, spill)
+                shards = retained.write_follow_edges(parts, shard_count, staging)
         old = final.with_name(staging_name(final.name, ".old"))
         if final.exists():
             os.rename(final, old)

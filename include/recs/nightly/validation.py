@@ -1,22 +1,25 @@
 """The Great Expectations gate: nothing is published unless it passes, and it cannot pass empty.
 
-``validate_run`` reads the run's planned shards only (``shards/shard_id=NNN/``, NNN below
-``shard_count``). A shard is *computed* if its manifest and its output are there (the traversal
-writes the manifest last); the others *failed*, are left out of the checks and carried over by
-the publish. Five frames are derived in Polars (``gate_batches``: **the gate's expectations are
-defined there**) and run as GX checkpoints (``recs.nightly.checkpoints``). One row per ...:
+The gate runs in two steps, so its memory grows with a shard, never with the graph:
+``shard_gate.validate_shard`` (the mapped ``validate_shard`` task, one per planned shard) checks
+one shard's rows, rules, users and files and saves its result; ``validate_run`` (one task) then
+reads those results, validates itself any computed shard whose saved result is missing or is not
+of the file there now (sha256), adds the run-wide checks and decides. A shard is *computed* if
+its manifest and its output are there (the traversal writes the manifest last); the others
+*failed*, are left out of the checks and carried over by the publish. The run-wide batch
+(``run_batch``), one row:
 
-``run``  the run: users with lists >= ``gate_min_list_share`` of tonight's eligible users
-    (``exports/eligible_users``); users with lists and rows within ``-gate_max_drop ..
-    gate_max_growth`` (relative change) of the version ``CURRENT`` names, over the same shards
+``run``  at least one row over the computed shards; users with lists >= ``gate_min_list_share``
+    of tonight's eligible users in them (``exports/eligible_users``); the shard plan's eligible
+    count equals dbt's; users with lists and rows within ``-gate_max_drop .. gate_max_growth``
+    (relative change) of the version ``CURRENT`` names, over the same shards
     (``recs.nightly.baseline``; nothing to compare with: the checks are recorded as skipped).
-``recommendations``  row as written: at least one; contract columns, types, no nulls, unique
-    (user_id, candidate_id), this run's run_id.
-``recommendation_rules``  rank, score, mutual_count and followed_by within bounds; no self,
-    excluded, inactive or undiscoverable candidate.
-``users``  user with a list: ranks 1..n gapless and unique, in its home shard, eligible tonight.
-``shards``  computed shard: readable Parquet of the contract schema sorted by (user_id, rank),
-    a readable manifest whose shard id and counts equal the file's.
+
+The shard batches (``recommendations``, ``recommendation_rules``, ``users``, ``shards``) are
+defined in ``shard_gate``; ``results.json`` has one checkpoint per batch, each expectation
+merged over the shards (``merge_shard_checkpoints``: passed if it passed on every shard, the
+counts summed, ``shards_failed`` naming the others), and GX's Data Docs render every shard's
+validation and the run's in one site.
 
 Outcomes, each saved in ``validation/results.json`` and ``summary.json`` (``outcome``):
 ``passed``; ``failed`` (``ValidationFailedError``); ``errored`` (``ValidationEngineError``: GX or
@@ -35,57 +38,108 @@ from typing import Any
 import polars as pl
 
 from recs.config import Settings
-from recs.contracts import RECOMMENDATION_SCHEMA
 from recs.errors import NothingToValidateError, ValidationEngineError, ValidationFailedError
-from recs.files import write_json
+from recs.files import sha256_file, write_json
 from recs.nightly.baseline import ReplacedVersion, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
-from recs.nightly.gate_inputs import (
-    ShardOutputs,
-    as_int,
-    eligible_in_shards,
-    eligible_users,
-    max_generated_at,
-    missing_upstream,
-    read_manifest,
-    read_shard_outputs,
-)
+from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest
 from recs.nightly.runs import RunPaths
-from recs.sharding import shard_expr
+from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
 
 RESULTS_FILE = "results.json"
 SUMMARY_FILE = "summary.json"
 
-# Scores are sums of floats; allow for one rounding step above the exact bound.
-SCORE_TOLERANCE = 1e-9
-
-
 CHANGE_CHECKS = ("users_change_within_bounds", "rows_change_within_bounds")
+# Result figures summed over shards when a check is merged (the rest are the first shard's).
+_SUMMED = ("element_count", "unexpected_count", "missing_count")
+_PARTIAL_LISTS = ("partial_unexpected_list", "partial_unexpected_index_list")
+_PARTIAL_MAX = 20  # GX's SUMMARY format keeps 20 examples; so does a merged check
 
 log = logging.getLogger(__name__)
 
-# How a contract dtype looks in the pandas batch (NumPy dtypes; lists stay Arrow-backed, which
-# GX reports as the Python type of their values). The exact Polars/Arrow dtypes, including the
-# datetime unit and the list's element type, are checked per file by ``shard_schema_matches``.
-_PANDAS_TYPE_NAMES: dict[type[pl.DataType], str] = {
-    pl.Int64: "int64",
-    pl.Int32: "int32",
-    pl.Float64: "float64",
-    pl.Boolean: "bool",
-    pl.String: "str",
-    pl.Datetime: "datetime64",
-    pl.List: "list",
-}
+
+@dataclass
+class GateShards:
+    """The planned shards as the gate found them: ``computed`` / ``failed`` ids, and the saved
+    (or fresh) ``shard_gate`` result of each computed one, by shard id."""
+
+    computed: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    revalidated: list[int] = field(default_factory=list)
+
+    def total(self, key: str) -> int:
+        return sum(int(r.get(key) or 0) for r in self.results.values())
+
+    @property
+    def generated_at(self) -> str | None:
+        stamps = [r["generated_at"] for r in self.results.values() if r.get("generated_at")]
+        return max(stamps) if stamps else None
+
+    @property
+    def statuses(self) -> list[dict[str, Any]]:
+        """One ``{"shard_id", "status", "sha256", "rows", "users"}`` per planned shard
+        (``computed`` or ``failed``; null figures when failed)."""
+        statuses = []
+        for shard_id in sorted(self.computed + self.failed):
+            found = self.results.get(shard_id, {})
+            statuses.append({
+                "shard_id": shard_id,
+                "status": "computed" if shard_id in self.computed else "failed",
+                "sha256": found.get("sha256"),
+                "rows": found.get("rows"),
+                "users": found.get("users"),
+            })  # fmt: skip
+        return statuses
+
+
+def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
+    """Sort the planned shards into computed and failed, and get each computed shard's gate
+    result: the one ``validate_shard`` saved if it is of the file there now (sha256), else
+    validated here and now (``revalidated``), so a lost, stale or damaged result never lets a
+    shard through unchecked. Memory: one shard at a time."""
+    shards = GateShards()
+    planned = {paths.shard_dir(shard_id).name for shard_id in range(settings.shard_count)}
+    ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
+    if ignored:
+        log.warning("validate %s: ignoring unplanned shard folders %s", paths.run_id, ignored)
+    for shard_id in range(settings.shard_count):
+        output = paths.shard_output(shard_id)
+        if not (output.is_file() and paths.shard_manifest(shard_id).is_file()):
+            shards.failed.append(shard_id)
+            continue
+        shards.computed.append(shard_id)
+        result = saved_result(paths, shard_id, sha256_file(output))
+        if result is None:
+            shards.revalidated.append(shard_id)
+            result = validate_shard_result(paths, settings, shard_id)
+        shards.results[shard_id] = result
+    if shards.revalidated:
+        log.info("validate %s: validated here (no current saved result): shards %s",
+                 paths.run_id, shards.revalidated)  # fmt: skip
+    return shards
+
+
+def eligible_counts(exports_dir: Path) -> dict[int, int]:
+    """Tonight's eligible users per shard, ``{shard_id: count}``, from the row counts of
+    ``eligible_users/shard_id=N/*.parquet`` (Parquet metadata: nothing is loaded)."""
+    from recs.traversal.inputs import partition_files
+
+    files_by_shard = partition_files(Path(exports_dir) / "eligible_users")
+    return {
+        shard_id: pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item()
+        for shard_id, files in files_by_shard.items()
+    }
 
 
 def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     """Run the gate over a run's computed shards; save the results; raise unless it passed.
 
-    Reads ``paths.shard_output(i)`` / ``paths.shard_manifest(i)`` for ``i < shard_count``,
-    ``exports/eligible_users/``, ``exports/follow_exclusions/``,
-    ``exports/candidate_profiles.parquet`` and the manifest (and, if its shard count differs,
-    the ``user_id`` column) of the version ``CURRENT`` names. Writes ``validation/results.json``
-    and ``validation/summary.json`` atomically whatever the outcome (module docstring).
+    Reads ``paths.shard_output(i)`` / ``paths.shard_manifest(i)`` for ``i < shard_count`` and
+    each one's saved result (``shard_gate``), the row counts of ``exports/eligible_users/``, and
+    the manifest (and, if its shard count differs, the ``user_id`` column) of the version
+    ``CURRENT`` names. Writes ``validation/results.json`` and ``validation/summary.json``
+    atomically whatever the outcome (module docstring).
 
     Returns ``{"run_id", "outcome": "passed", "success", "evaluated", "failed", "skipped",
     "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
@@ -107,35 +161,47 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             )
         quiet_gx()  # imports GX first, so the timings below exclude it
         lap = time.perf_counter()
-        outputs = read_shard_outputs(paths, settings.shard_count)
-        eligible = eligible_users(paths.exports_dir)
-        report.outputs, report.eligible = outputs, eligible
+        shards = gate_shards(paths, settings)
+        eligible = eligible_counts(paths.exports_dir)
+        report.shards, report.eligible = shards, eligible
         read_seconds = time.perf_counter() - lap
-        if not outputs.computed:
+        if not shards.computed:
             raise NothingToValidateError(
                 f"nothing to validate for run {paths.run_id}: no shard produced output "
                 f"(all {settings.shard_count} failed)"
             )
-        if eligible.height == 0:
+        if sum(eligible.values()) == 0:
             raise NothingToValidateError(
                 f"nothing to validate for run {paths.run_id}: nobody is eligible tonight "
                 f"(exports/eligible_users is empty)"
             )
         report.replaced, report.not_compared = replaced_version(
-            settings.published_dir, settings.shard_count, outputs.computed
+            settings.published_dir, settings.shard_count, shards.computed
         )
-        lap = time.perf_counter()
-        batches = gate_batches(paths, settings, outputs, eligible, report.replaced)
         log.info(
-            "validate %s: %d of %d shards computed, %d rows; read %.2fs, frames %.2fs",
-            paths.run_id,
-            len(outputs.computed),
-            settings.shard_count,
-            outputs.union.height,
-            read_seconds,
-            time.perf_counter() - lap,
+            "validate %s: %d of %d shards computed (%d validated here), %d rows; %.2fs",
+            paths.run_id, len(shards.computed), settings.shard_count, len(shards.revalidated),
+            shards.total("rows"), read_seconds,
         )
-        report.results = run_checkpoints(batches, paths)
+        gate = run_checkpoints(
+            [run_batch(paths, settings, shards, eligible, report.replaced)],
+            paths,
+            saved_results=[g for r in shards.results.values() for g in r.get("gx_results", [])],
+        )
+        gate.pop("gx_results", None)
+        checkpoints = gate["checkpoints"] + merge_shard_checkpoints(shards.results)
+        checks = [e for c in checkpoints for e in c["expectations"]]
+        successful = sum(bool(e["success"]) for e in checks)
+        report.results = {
+            **gate,
+            "success": all(c["success"] for c in checkpoints),
+            "statistics": {
+                "evaluated_expectations": len(checks),
+                "successful_expectations": successful,
+                "unsuccessful_expectations": len(checks) - successful,
+            },
+            "checkpoints": checkpoints,
+        }
     except NothingToValidateError as error:
         report.save("nothing_to_validate", str(error))
         raise
@@ -213,8 +279,8 @@ class _Report:
     the outcome (``save``)."""
 
     paths: RunPaths
-    outputs: ShardOutputs | None = None
-    eligible: pl.DataFrame | None = None
+    shards: GateShards | None = None
+    eligible: dict[int, int] | None = None
     replaced: ReplacedVersion | None = None
     not_compared: str | None = None
     results: dict[str, Any] | None = None
@@ -236,11 +302,8 @@ class _Report:
             "checkpoints": [],
         }
         results = {**results, "outcome": outcome, "error": error, "skipped": self.skipped()}
-        outputs = self.outputs
-        union = outputs.union if outputs is not None else pl.DataFrame()
-        users = union.get_column("user_id").n_unique() if "user_id" in union.columns else 0
-        computed = outputs.computed if outputs is not None else []
-        eligible_in_computed = eligible_in_shards(self.eligible, computed, outputs)
+        shards = self.shards or GateShards()
+        eligible = self.eligible
         self.summary = {
             "run_id": paths.run_id,
             "snapshot_date": paths.snapshot_date.isoformat(),
@@ -251,17 +314,19 @@ class _Report:
             "failed": failed or [],
             "errored": errored or [],
             "skipped": self.skipped(),
-            "computed_shards": computed,
-            "failed_shards": outputs.failed if outputs is not None else [],
+            "computed_shards": shards.computed,
+            "failed_shards": shards.failed,
             "compared_with": self.replaced.run_id if self.replaced else None,
-            "rows": union.height,
-            "users": users,
-            "eligible_users": self.eligible.height if self.eligible is not None else None,
-            "eligible_users_in_computed_shards": eligible_in_computed,
+            "rows": shards.total("rows"),
+            "users": shards.total("users"),
+            "eligible_users": sum(eligible.values()) if eligible is not None else None,
+            "eligible_users_in_computed_shards": (
+                sum(eligible.get(s, 0) for s in shards.computed) if eligible is not None else None
+            ),
             "replaced_users": self.replaced.users if self.replaced else None,
             "replaced_rows": self.replaced.rows if self.replaced else None,
-            "generated_at": max_generated_at(union),
-            "shards": outputs.statuses if outputs is not None else [],
+            "generated_at": shards.generated_at,
+            "shards": shards.statuses if self.shards is not None else [],
         }
         validation_dir = paths.validation_dir
         results_path = write_json(validation_dir / RESULTS_FILE, results)
@@ -277,31 +342,29 @@ class _Report:
 
 def run_figures(
     paths: RunPaths,
-    settings: Settings,
-    outputs: ShardOutputs,
-    eligible: pl.DataFrame,
+    shards: GateShards,
+    eligible: dict[int, int],
     replaced: ReplacedVersion | None,
 ) -> pl.DataFrame:
-    """The ``run`` batch: one row, ``run_id`` String, ``rows, users, eligible_users`` Int64
+    """The ``run`` batch's one row: ``run_id`` String, ``rows, users, eligible_users`` Int64
     (over the computed shards), ``list_share`` Float64 (users / eligible_users; 0.0 when no
     eligible user is in them), ``users_change, rows_change`` Float64 (``tonight / replaced -
     1``; null without a replaced version), ``eligible_all`` Int64 (every row of the
     ``eligible_users`` export) and ``eligible_planned`` Int64 (the count the shard plan was
     sized by, ``snapshot/manifest.json``'s ``shard_plan``; null for a run frozen without one)."""
-    union = outputs.union
-    users = union.get_column("user_id").n_unique() if "user_id" in union.columns else 0
-    in_computed = eligible_in_shards(eligible, outputs.computed, outputs) or 0
+    rows, users = shards.total("rows"), shards.total("users")
+    in_computed = sum(eligible.get(shard_id, 0) for shard_id in shards.computed)
     plan = read_manifest(paths.snapshot_manifest).get("shard_plan") or {}
     return pl.DataFrame(
         {
             "run_id": [paths.run_id],
-            "rows": [union.height],
+            "rows": [rows],
             "users": [users],
             "eligible_users": [in_computed],
             "list_share": [users / in_computed if in_computed else 0.0],
             "users_change": [users / replaced.users - 1.0 if replaced else None],
-            "rows_change": [union.height / replaced.rows - 1.0 if replaced else None],
-            "eligible_all": [eligible.height],
+            "rows_change": [rows / replaced.rows - 1.0 if replaced else None],
+            "eligible_all": [sum(eligible.values())],
             "eligible_planned": [as_int(plan.get("eligible_users"))],
         },
         schema={
@@ -318,30 +381,22 @@ def run_figures(
     )
 
 
-def gate_batches(
+def run_batch(
     paths: RunPaths,
     settings: Settings,
-    outputs: ShardOutputs,
-    eligible: pl.DataFrame,
+    shards: GateShards,
+    eligible: dict[int, int],
     replaced: ReplacedVersion | None = None,
-) -> list[GateBatch]:
-    """The five batches of the gate, each with its expectations (module docstring).
-
-    ``eligible``: tonight's eligible ``user_id`` (``eligible_users``); ``replaced``: the counts
-    of the version the run would replace (``recs.nightly.baseline``), None to skip the change
-    checks. Pure given its inputs except for reading the run's exclusion and candidate-profile
-    exports. Check names are stable identifiers: they appear in ``summary.json`` and errors.
-    """
+) -> GateBatch:
+    """The run-wide batch and its expectations (module docstring). ``eligible``:
+    ``eligible_counts``; ``replaced``: the counts of the version the run would replace
+    (``recs.nightly.baseline``), None to skip the change checks."""
     quiet_gx()
     import great_expectations.expectations as gxe
 
-    union = outputs.union
-    conformed = _conformed(union)
     between = gxe.ExpectColumnValuesToBeBetween
-    in_set = gxe.ExpectColumnValuesToBeInSet
-    pair_equal = gxe.ExpectColumnPairValuesToBeEqual
-
-    run = GateBatch("run", run_figures(paths, settings, outputs, eligible, replaced), ["run_id"])
+    run = GateBatch("run", run_figures(paths, shards, eligible, replaced), ["run_id"])
+    run.expect("rows_at_least_one", between, column="rows", min_value=1)
     run.expect(
         "list_share_at_least_min",
         between,
@@ -353,7 +408,7 @@ def gate_batches(
     # eligible_users: the rule has one meaning, whichever code evaluates it.
     run.expect(
         "plan_eligible_matches_models",
-        pair_equal,
+        gxe.ExpectColumnPairValuesToBeEqual,
         column_A="eligible_planned",
         column_B="eligible_all",
         ignore_row_if="either_value_is_missing",
@@ -367,209 +422,71 @@ def gate_batches(
                 min_value=-settings.gate_max_drop,
                 max_value=settings.gate_max_growth,
             )
+    return run
 
-    recommendations = GateBatch(
-        "recommendations",
-        union.select([c for c in union.columns if c != "shard_id"]),
-        keys=["user_id", "candidate_id"],
+
+def merge_shard_checkpoints(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One checkpoint per shard batch (``SHARD_BATCHES`` order) from the shards' results
+    (``{shard_id: result}``): ``rows`` summed, ``shards`` the ids, ``success`` if every shard's
+    was, ``error`` the first shard's that raised. Each expectation, by name in suite order: the
+    first failing shard's description (else the first shard's) with ``success`` over all shards,
+    ``errored`` if any errored, ``shards_failed`` the ids where it did not pass, and in
+    ``result`` the ``_SUMMED`` counts summed, ``unexpected_percent`` recomputed from them and
+    the partial lists of the failing shards joined (at most ``_PARTIAL_MAX``)."""
+    merged = []
+    for batch in SHARD_BATCHES:
+        parts = [
+            (shard_id, checkpoint)
+            for shard_id, result in sorted(results.items())
+            for checkpoint in result.get("checkpoints", [])
+            if checkpoint.get("batch") == batch
+        ]
+        if not parts:
+            continue
+        by_name: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for shard_id, checkpoint in parts:
+            for expectation in checkpoint["expectations"]:
+                by_name.setdefault(expectation["name"], []).append((shard_id, expectation))
+        expectations = [_merge_expectation(items) for items in by_name.values()]
+        errors = [c["error"] for _, c in parts if c.get("error")]
+        successful = sum(bool(e["success"]) for e in expectations)
+        merged.append({
+            "name": f"recs_gate_{batch}",
+            "batch": batch,
+            "rows": sum(int(c.get("rows") or 0) for _, c in parts),
+            "shards": [shard_id for shard_id, _ in parts],
+            "success": all(c["success"] for _, c in parts),
+            "statistics": {
+                "evaluated_expectations": len(expectations),
+                "successful_expectations": successful,
+                "unsuccessful_expectations": len(expectations) - successful,
+            },
+            **({"error": errors[0]} if errors else {}),
+            "expectations": expectations,
+        })  # fmt: skip
+    return merged
+
+
+def _merge_expectation(items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    failing = [(shard_id, e) for shard_id, e in items if not e["success"]]
+    base = dict((failing or items)[0][1])
+    result = dict(base.get("result") or {})
+    for key in _SUMMED:
+        values = [e.get("result", {}).get(key) for _, e in items]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            result[key] = sum(values)
+    if isinstance(result.get("unexpected_count"), int) and result.get("element_count"):
+        counted = result["element_count"] - int(result.get("missing_count") or 0)
+        unexpected = result["unexpected_count"]
+        result["unexpected_percent"] = 100.0 * unexpected / counted if counted else 0.0
+    for key in _PARTIAL_LISTS:
+        if key in result:
+            joined = [v for _, e in failing for v in (e.get("result") or {}).get(key) or []]
+            result[key] = joined[:_PARTIAL_MAX]
+    base.update(
+        success=not failing,
+        errored=any(e.get("errored") for _, e in items),
+        shards_failed=[shard_id for shard_id, _ in failing],
+        result=result,
     )
-    rules = GateBatch(
-        "recommendation_rules", recommendation_rules(paths, conformed), ["user_id", "candidate_id"]
-    )
-    eligible_ids = eligible.get_column("user_id").implode()
-    users = GateBatch(
-        "users",
-        user_rank_stats(conformed, settings.shard_count).with_columns(
-            pl.col("user_id").is_in(eligible_ids).alias("is_eligible")
-        ),
-        ["user_id"],
-    )
-    shards = GateBatch("shards", outputs.shards, ["shard_id"])
-
-    recommendations.expect("rows_at_least_one", gxe.ExpectTableRowCountToBeBetween, min_value=1)
-    recommendations.expect(
-        "columns_match_contract",
-        gxe.ExpectTableColumnsToMatchOrderedList,
-        column_list=list(RECOMMENDATION_SCHEMA),
-    )
-    for column, dtype in RECOMMENDATION_SCHEMA.items():
-        recommendations.expect(
-            f"type_{column}",
-            gxe.ExpectColumnValuesToBeOfType,
-            column=column,
-            type_=_PANDAS_TYPE_NAMES[dtype.base_type()],
-        )
-    for column in RECOMMENDATION_SCHEMA:
-        recommendations.expect(
-            f"not_null_{column}", gxe.ExpectColumnValuesToNotBeNull, column=column
-        )
-    recommendations.expect(
-        "unique_user_candidate",
-        gxe.ExpectCompoundColumnsToBeUnique,
-        column_list=["user_id", "candidate_id"],
-    )
-    recommendations.expect("run_id_is_this_run", in_set, column="run_id", value_set=[paths.run_id])
-
-    rules.expect("rank_within_top_k", between, column="rank", min_value=1, max_value=settings.top_k)
-    rules.expect(
-        "score_within_bounds",
-        between,
-        column="score",
-        min_value=0.0,
-        max_value=settings.score_max + SCORE_TOLERANCE,
-    )
-    rules.expect(
-        "mutual_count_at_least_min",
-        between,
-        column="mutual_count",
-        min_value=settings.min_mutual_count,
-    )
-    rules.expect(
-        "followed_by_within_count",
-        between,
-        column="followed_by_length",
-        min_value=0,
-        max_value=settings.followed_by_count,
-    )
-    rules.expect(
-        "no_self_recommendation", in_set, column="is_self_recommendation", value_set=[False]
-    )
-    rules.expect("no_excluded_candidate", in_set, column="is_excluded", value_set=[False])
-    rules.expect(
-        "candidate_active_and_discoverable",
-        in_set,
-        column="candidate_is_recommendable",
-        value_set=[True],
-    )
-
-    users.expect("rank_starts_at_1", between, column="min_rank", min_value=1, max_value=1)
-    users.expect("rank_gapless_per_user", pair_equal, column_A="max_rank", column_B="rows")
-    users.expect("rank_unique_per_user", pair_equal, column_A="distinct_ranks", column_B="rows")
-    users.expect("user_in_home_shard", in_set, column="in_home_shard", value_set=[True])
-    users.expect("user_is_eligible", in_set, column="is_eligible", value_set=[True])
-
-    shards.expect("shard_output_readable", in_set, column="readable", value_set=[True])
-    shards.expect(
-        "shard_schema_matches_contract", in_set, column="schema_matches", value_set=[True]
-    )
-    shards.expect("shard_sorted_by_user_rank", in_set, column="is_sorted", value_set=[True])
-    shards.expect("shard_manifest_readable", in_set, column="manifest_readable", value_set=[True])
-    # An unreadable file or manifest is reported by the *_readable checks, not again here.
-    for check, column_a, column_b in (
-        ("manifest_shard_id_matches", "manifest_shard_id", "shard_id"),
-        ("manifest_rows_match_output", "manifest_rows", "file_rows"),
-        ("manifest_users_match_output", "manifest_users", "file_users"),
-    ):
-        shards.expect(
-            check,
-            pair_equal,
-            column_A=column_a,
-            column_B=column_b,
-            ignore_row_if="either_value_is_missing",
-        )
-    return [run, recommendations, rules, users, shards]
-
-
-def recommendation_rules(paths: RunPaths, conformed: pl.DataFrame) -> pl.DataFrame:
-    """One row per recommendation row, with the columns the product rules are checked on.
-
-    ``conformed`` has the contract's columns and dtypes. Returns, in the input's row order:
-    ``user_id, candidate_id`` Int64, ``rank, mutual_count`` Int64, ``score`` Float64,
-    ``followed_by_length`` Int64, ``is_self_recommendation`` Boolean (user_id == candidate_id),
-    ``is_excluded`` Boolean (the pair is in ``exports/follow_exclusions``, any reason),
-    ``candidate_is_recommendable`` Boolean (candidate in ``exports/candidate_profiles`` with
-    ``account_status == 'active'`` and ``is_discoverable``; an unknown candidate is False).
-    """
-    rows = conformed.lazy().with_row_index("row")
-    excluded_rows = (
-        rows.select("row", "user_id", "candidate_id")
-        .join(_exclusion_pairs(paths.exports_dir), on=["user_id", "candidate_id"], how="semi")
-        .select("row")
-        .collect()
-        .get_column("row")
-    )
-    recommendable = _recommendable_candidate_ids(paths.exports_dir)
-    return rows.select(
-        "user_id",
-        "candidate_id",
-        pl.col("rank").cast(pl.Int64),
-        pl.col("mutual_count").cast(pl.Int64),
-        "score",
-        pl.col("followed_by").list.len().cast(pl.Int64).alias("followed_by_length"),
-        (pl.col("user_id") == pl.col("candidate_id")).alias("is_self_recommendation"),
-        pl.col("row").is_in(excluded_rows.implode()).alias("is_excluded"),
-        pl.col("candidate_id").is_in(recommendable.implode()).alias("candidate_is_recommendable"),
-    ).collect()
-
-
-def user_rank_stats(conformed: pl.DataFrame, shard_count: int) -> pl.DataFrame:
-    """One row per user_id with recommendations, sorted by user_id.
-
-    ``conformed`` has the contract's columns plus ``shard_id`` (the directory the row came
-    from). Returns ``user_id`` Int64, ``rows, min_rank, max_rank, distinct_ranks`` Int64,
-    ``in_home_shard`` Boolean: every row of the user is in one shard directory, and it is
-    ``shard_of(user_id, shard_count)``.
-    """
-    return (
-        conformed.lazy()
-        .filter(pl.col("user_id").is_not_null())
-        .group_by("user_id")
-        .agg(
-            pl.len().cast(pl.Int64).alias("rows"),
-            pl.col("rank").min().cast(pl.Int64).alias("min_rank"),
-            pl.col("rank").max().cast(pl.Int64).alias("max_rank"),
-            pl.col("rank").n_unique().cast(pl.Int64).alias("distinct_ranks"),
-            pl.col("shard_id").n_unique().alias("shard_dirs"),
-            pl.col("shard_id").first().alias("shard_id"),
-        )
-        .with_columns(
-            (
-                (pl.col("shard_dirs") == 1)
-                & (pl.col("shard_id") == shard_expr("user_id", shard_count))
-            ).alias("in_home_shard")
-        )
-        .select("user_id", "rows", "min_rank", "max_rank", "distinct_ranks", "in_home_shard")
-        .sort("user_id")
-        .collect()
-    )
-
-
-def _conformed(union: pl.DataFrame) -> pl.DataFrame:
-    """The union with exactly the contract's columns and dtypes (missing or uncastable -> null),
-    plus ``shard_id``, so the derived frames can always be computed."""
-    columns = [
-        pl.col(name).cast(dtype, strict=False) if name in union.columns else pl.lit(None, dtype)
-        for name, dtype in RECOMMENDATION_SCHEMA.items()
-    ]
-    return union.select(
-        *[c.alias(n) for c, n in zip(columns, RECOMMENDATION_SCHEMA, strict=True)],
-        pl.col("shard_id"),
-    )
-
-
-def _exclusion_pairs(exports_dir: Path) -> pl.LazyFrame:
-    """``(user_id, candidate_id)`` Int64 pairs excluded for any reason (may repeat). Reads
-    ``follow_exclusions/shard_id=N/*.parquet`` (a shard may have no directory); the hive
-    partition value is not needed, the pair is the key."""
-    files = sorted((exports_dir / "follow_exclusions").glob("shard_id=*/*.parquet"))
-    if not files:
-        return pl.LazyFrame(schema={"user_id": pl.Int64, "candidate_id": pl.Int64})
-    return pl.scan_parquet(files, hive_partitioning=False).select(
-        pl.col("user_id").cast(pl.Int64),
-        pl.col("excluded_id").cast(pl.Int64).alias("candidate_id"),
-    )
-
-
-def _recommendable_candidate_ids(exports_dir: Path) -> pl.Series:
-    """Int64 ids of accounts that are active and discoverable, from
-    ``candidate_profiles.parquet``; empty if the export is missing."""
-    path = exports_dir / "candidate_profiles.parquet"
-    if not path.exists():
-        return pl.Series("candidate_id", [], pl.Int64)
-    return (
-        pl.scan_parquet(path)
-        .filter((pl.col("account_status") == "active") & pl.col("is_discoverable"))
-        .select(pl.col("candidate_id").cast(pl.Int64))
-        .collect()
-        .get_column("candidate_id")
-    )
+    return base

@@ -29,9 +29,11 @@ STAGES = (
     "build_graph",
     "plan_shards",
     "traverse_shard",
+    "validate_shard",
     "validate_run",
     "publish_run",
 )
+MAPPED_STAGES = ("traverse_shard", "validate_shard")  # one task per shard
 SKEW_FACTOR = 2.0
 COMPUTED, CARRIED_OVER, FAILED, NOT_RUN = "computed", "carried_over", "failed", "not run"
 DBT_FAILED = ("error", "fail", "runtime error")
@@ -243,7 +245,7 @@ def stage_timings(
     }
     return [
         {"stage": stage, "state": None, "seconds": seconds.get(stage), "start": None,
-         "end": None, "offset": None, "tries": None, "mapped": stage == "traverse_shard",
+         "end": None, "offset": None, "tries": None, "mapped": stage in MAPPED_STAGES,
          "source": "files"}
         for stage in STAGES
     ]  # fmt: skip

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
-from recs.files import atomic_write, read_json, write_json
+from recs.files import atomic_path, atomic_write, read_json, staging_name, write_json
 from recs.sampling import rank_within_groups, sample_keys
 from recs.traversal.hop_order import (
     ordered_keys,
@@ -285,6 +286,77 @@ def account_active(users_path: Path, index: DenseIndex, n_nodes: int) -> np.ndar
     return active
 
 
+def _assemble_rows(
+    paths, settings, index: DenseIndex, n_nodes: int, counts: _EdgeCounts, row_order: RowOrder,
+    spill: Path, indices_path: Path,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The capped rows of every partition, assembled into ``indices_path`` (int32 ``.npy``).
+
+    Pass 1 caps each partition (``_capped_partition``) and spills its ``(src, dst)`` pair to
+    ``spill/`` (memory: one partition); pass 2 scatters each row into a memory map of
+    ``indices_path`` written through ``atomic_path`` (file-backed pages, not private memory),
+    so the build's memory grows with the largest partition and ``n_nodes``, not with the
+    graph's edges. Returns ``(indptr int64[n_nodes + 1], degree int64[n_nodes] capped,
+    out_degree int64[n_nodes] uncapped, n_edges)``.
+    """
+    hop2_cap = int(settings.hop2_cap)
+    pieces: list[tuple[Path, Path]] = []
+    degree = np.zeros(n_nodes, dtype=np.int64)
+    out_degree = np.zeros(n_nodes, dtype=np.int64)
+    overlapping = False
+    for shard_id, files in partition_files(Path(paths.snapshot_dir) / "follow_edges").items():
+        counts.partitions.append(shard_id)
+        for path in files:
+            src, dst, full = _capped_partition(
+                path, index, hop2_cap, settings.sample_seed, counts, row_order
+            )
+            out_degree += full
+            piece_degree = np.bincount(src, minlength=n_nodes)
+            overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
+            degree += piece_degree
+            piece = (spill / f"{len(pieces):06d}.src.npy", spill / f"{len(pieces):06d}.dst.npy")
+            np.save(piece[0], src, allow_pickle=False)
+            np.save(piece[1], dst, allow_pickle=False)
+            pieces.append(piece)
+            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
+            del src, dst, full, piece_degree
+
+    if overlapping:
+        # A follower split across partitions (not the snapshot's layout, but harmless): the
+        # union of per-partition prefixes contains the global prefix, so re-sort and re-cap.
+        src = np.concatenate([np.load(p[0]) for p in pieces])
+        dst = np.concatenate([np.load(p[1]) for p in pieces])
+        user_ids = index.user_ids
+        keys = row_order.keys(
+            user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
+            settings.sample_seed,
+        )  # (recency: the times are not kept per piece; the re-cut is in sample order then)
+        order = np.lexsort((dst, keys, src))
+        src, dst = src[order], dst[order]
+        duplicate = np.zeros(len(src), dtype=bool)
+        duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
+        counts.duplicates_dropped += int(duplicate.sum())
+        src, dst = src[~duplicate], dst[~duplicate]
+        within = rank_within_groups(src) < hop2_cap
+        src, dst = src[within], dst[within]
+        degree = np.bincount(src, minlength=n_nodes).astype(np.int64)
+    indptr = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    n_edges = int(indptr[-1])
+    with atomic_path(indices_path) as tmp:
+        indices = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(n_edges,))
+        if overlapping:
+            indices[:] = dst  # already in row order
+        else:
+            # Pass 2: each row lives in exactly one piece, already in row order: scatter it.
+            for src_path, dst_path in pieces:
+                src = np.load(src_path)
+                indices[indptr[src] + rank_within_groups(src)] = np.load(dst_path)
+        indices.flush()
+        del indices
+    return indptr, degree, out_degree, n_edges
+
+
 def _save_npy(path: Path, array: np.ndarray) -> None:
     with atomic_write(path, binary=True) as handle:
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
@@ -333,51 +405,17 @@ def build_graph(paths, settings) -> dict[str, Any]:
     )
     row_order = RowOrder(settings.hop2_order, in_degree, reciprocal_codes)
 
-    # Pass 1: each partition's capped rows (int32 pairs, sorted by follower, hop2 order).
-    pieces: list[tuple[np.ndarray, np.ndarray]] = []
-    degree = np.zeros(n_nodes, dtype=np.int64)
-    out_degree = np.zeros(n_nodes, dtype=np.int64)
-    overlapping = False
-    for shard_id, files in partition_files(Path(paths.snapshot_dir) / "follow_edges").items():
-        counts.partitions.append(shard_id)
-        for path in files:
-            src, dst, full = _capped_partition(
-                path, index, hop2_cap, settings.sample_seed, counts, row_order
-            )
-            out_degree += full
-            piece_degree = np.bincount(src, minlength=n_nodes)
-            overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
-            degree += piece_degree
-            pieces.append((src, dst))
-            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
-
-    if overlapping:
-        # A follower split across partitions (not the snapshot's layout, but harmless): the
-        # union of per-partition prefixes contains the global prefix, so re-sort and re-cap.
-        src = np.concatenate([p[0] for p in pieces])
-        dst = np.concatenate([p[1] for p in pieces])
-        del pieces
-        keys = row_order.keys(
-            user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
-            settings.sample_seed,
-        )  # (recency: the times are not kept per piece; the re-cut is in sample order then)
-        order = np.lexsort((dst, keys, src))
-        src, dst = src[order], dst[order]
-        duplicate = np.zeros(len(src), dtype=bool)
-        duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
-        counts.duplicates_dropped += int(duplicate.sum())
-        src, dst = src[~duplicate], dst[~duplicate]
-        within = rank_within_groups(src) < hop2_cap
-        src, indices = src[within], dst[within]
-        degree = np.bincount(src, minlength=n_nodes).astype(np.int64)
-    indptr = np.zeros(n_nodes + 1, dtype=np.int64)
-    np.cumsum(degree, out=indptr[1:])
-    if not overlapping:
-        # Pass 2: each row lives in exactly one piece, already in sample order: scatter it.
-        indices = np.empty(int(indptr[-1]), dtype=np.int32)
-        for src, dst in pieces:
-            indices[indptr[src] + rank_within_groups(src)] = dst
-        del pieces
+    graph_dir = Path(paths.graph_dir)
+    graph_dir.mkdir(parents=True, exist_ok=True)
+    (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built
+    spill = graph_dir.with_name(staging_name(graph_dir.name, ".pieces"))
+    spill.mkdir()
+    try:
+        indptr, degree, out_degree, n_edges = _assemble_rows(
+            paths, settings, index, n_nodes, counts, row_order, spill, graph_dir / "indices.npy"
+        )
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
 
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
     activity = candidate_activity(profiles_path, index, n_nodes, as_of, settings.half_life_days)
@@ -385,11 +423,8 @@ def build_graph(paths, settings) -> dict[str, Any]:
     hub_in_degree = smallest_hub_in_degree(Path(paths.exports_dir) / "hub_accounts.parquet")
     id_array, id_spec = index.saved()
 
-    graph_dir = Path(paths.graph_dir)
-    graph_dir.mkdir(parents=True, exist_ok=True)
     _save_npy(graph_dir / "user_ids.npy", user_ids.astype(np.int64))
     _save_npy(graph_dir / "indptr.npy", indptr)
-    _save_npy(graph_dir / "indices.npy", indices.astype(np.int32))
     _save_npy(graph_dir / "activity.npy", activity)
     active_accounts = account_active(users_path, index, n_nodes)
     _save_npy(graph_dir / "account_active.npy", active_accounts)
@@ -400,7 +435,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
     meta = {
         "format_version": GRAPH_FORMAT_VERSION,
         "n_nodes": int(n_nodes),
-        "n_edges": int(len(indices)),
+        "n_edges": n_edges,
         "hop2_cap": hop2_cap,
         "sample_seed": int(settings.sample_seed),
         "as_of": as_of.isoformat(),
@@ -426,7 +461,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
     seconds = round(time.perf_counter() - started, 3)
     log.info(
         "graph: %d nodes, %d capped edges (%d read, %d pending, %d unknown endpoint) in %.1fs",
-        n_nodes, len(indices), counts.edges_read, counts.pending_skipped,
+        n_nodes, n_edges, counts.edges_read, counts.pending_skipped,
         counts.unknown_endpoint_dropped, seconds,
     )
     return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}

@@ -2,14 +2,14 @@
 
 Reads the run's Hive-partitioned Parquet (``partition_files``): ``exports/eligible_users``,
 ``snapshot/follow_edges`` (the shard's own partition: its users' follows, any status) and
-``exports/follow_exclusions`` (only the reasons that are not those follows:
-``predicates.extra_exclusions``). Returns ``ShardInputs``: per user, the first hop = its active
-follows of known, active accounts (a suspended or deactivated account is no one's first hop, so it
-is never in "followed by" either), no self-follows or duplicates, ordered by ``(sample key,
-followee)`` (``recs.sampling``; or ``hop1_order``'s key, ``hop_order``) and cut to
-``hop1_cap``; its exclusions = every own follow of a known account (any status) and the extra
-rows, each with a drop code (``predicates``). All in one
-compiled pass over the partition; memory grows with the shard's edges, not with the graph.
+``exports/follow_exclusions`` (the other reasons: blocks, mutes, dismissals). Returns
+``ShardInputs``: per user, the first hop = its active follows of known, active accounts (a
+suspended or deactivated account is no one's first hop, so it is never in "followed by"
+either), no self-follows or duplicates, ordered by ``(sample key, followee)``
+(``recs.sampling``; or ``hop1_order``'s key, ``hop_order``) and cut to ``hop1_cap``; its
+exclusions = every own follow of a known account (any status) and the other rows, each with a
+drop code (``predicates``). All in one compiled pass over the partition; memory grows with the
+shard's edges, not with the graph.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from recs.traversal.jit import compiled
 from recs.traversal.predicates import (
     OTHER_EXCLUSION,
     exclusion_codes,
-    extra_exclusions,
     follow_reason,
 )
 
@@ -66,22 +65,18 @@ def partition_files(root: Path) -> dict[int, list[Path]]:
     return {shard: sorted(files) for shard, files in sorted(found.items())}
 
 
-
-def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict, where=None):
+def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict):
     """All rows of ``root/shard_id=<shard_id>/*.parquet`` as a Polars frame (``columns``).
 
     The ``shard_id=N`` folder may be zero-padded or not; a shard without a folder or files
-    yields an empty frame with ``schema``'s dtypes (``{column: polars dtype}``). ``where``: an
-    optional Polars predicate applied while scanning (its columns need not be in ``columns``).
+    yields an empty frame with ``schema``'s dtypes (``{column: polars dtype}``).
     """
     import polars as pl
 
     files = partition_files(root).get(int(shard_id), [])
     if not files:
         return pl.DataFrame(schema={c: schema[c] for c in columns})
-    if where is None:
-        return pl.concat([pl.read_parquet(f, columns=columns) for f in files], how="vertical")
-    return pl.scan_parquet(files).filter(where).select(columns).collect()
+    return pl.concat([pl.read_parquet(f, columns=columns) for f in files], how="vertical")
 
 
 def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
@@ -366,7 +361,7 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
 
     Inputs: ``exports/eligible_users/shard_id=N``, ``snapshot/follow_edges/shard_id=NNN``
     (both statuses: active ones are the first hop, all are excluded) and, from
-    ``exports/follow_exclusions/shard_id=N``, the rows ``predicates.extra_exclusions`` keeps.
+    ``exports/follow_exclusions/shard_id=N`` (the exclusions other than those follows).
     ``graph``: the run's ``CappedGraph`` (its id map). Raises ``ShardMismatchError``.
     """
     import polars as pl
@@ -391,7 +386,6 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
     extra = read_partition(
         Path(paths.exports_dir) / "follow_exclusions", shard_id,
         ["user_id", "excluded_id", "reason"], EXPORT_SCHEMAS["follow_exclusions"],
-        where=extra_exclusions(),
     ).drop_nulls(["user_id", "excluded_id"])
     followee_dense = graph.dense_ids(followees)
     followee_active = np.zeros(len(followee_dense), dtype=np.bool_)

@@ -1,9 +1,9 @@
 """Pre-rank filters (predicates): which counted candidates may be scored (ARCHITECTURE §1).
 
 A candidate is dropped, under the first reason that applies, in this order (``DROP_REASONS``):
-the user itself; an exclusion of the user (reasons of ``follow_exclusions``, in
-``contracts.EXCLUSION_REASONS`` order, then any other reason; the user's own follows of any
-status come from the snapshot partition the task reads anyway); ``mutual_count <
+the user itself; the user's own follow (``contracts.FOLLOW_REASONS``: from the snapshot partition
+the task reads anyway); another exclusion of the user (reasons of ``follow_exclusions``, in
+``contracts.EXCLUSION_REASONS`` order, then any other reason); ``mutual_count <
 min_mutual_count``; not recommendable (``recommendable_profiles`` false, or no candidate
 profile: ``graph/activity.npy`` is NaN). The rest are cut to the top
 ``max_candidates_to_score`` by ``(mutual_count desc, candidate_id asc)`` before ranking.
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from recs.contracts import EXCLUSION_REASONS
+from recs.contracts import EXCLUSION_REASONS, FOLLOW_REASONS
 from recs.traversal.jit import stage
 from recs.traversal.scratch import claim_slot
 
 #: Why a candidate is not scored, in the order the flow tries them; code = position + 1.
 DROP_REASONS = (
     "self",
+    *FOLLOW_REASONS,
     *EXCLUSION_REASONS,
     "other_exclusion",
     "below_min_mutual_count",
@@ -35,18 +36,6 @@ PENDING = DROP_REASONS.index("pending") + 1
 OTHER_EXCLUSION = DROP_REASONS.index("other_exclusion") + 1
 BELOW_MIN_MUTUAL_COUNT = DROP_REASONS.index("below_min_mutual_count") + 1
 NOT_RECOMMENDABLE = DROP_REASONS.index("not_recommendable") + 1
-#: ``follow_exclusions`` reasons that are the snapshot's own follow edges (see
-#: ``int_exclusions_unioned``): the task takes those from the partition it reads anyway.
-FOLLOW_REASONS = ("following", "pending")
-
-
-def extra_exclusions():
-    """Polars predicate on ``follow_exclusions`` rows: the reasons not in ``FOLLOW_REASONS``."""
-    import polars as pl
-
-    return ~pl.col("reason").is_in(FOLLOW_REASONS).fill_null(False)
-
-
 def exclusion_codes(reasons) -> np.ndarray:
     """Drop codes (``uint8``) of ``follow_exclusions`` reasons (a Polars string Series);
     a reason this module does not name, or none, is ``OTHER_EXCLUSION``."""

@@ -15,6 +15,7 @@ import shutil
 import pytest
 from test_validation import GOOD_ROWS, recommendation_frame, write_eligible, write_good_run
 
+import recs.nightly.shard_gate as shard_gate
 import recs.nightly.validation as validation_module
 from recs.errors import NothingToValidateError, ValidationEngineError, ValidationFailedError
 from recs.nightly.baseline import replaced_version
@@ -267,10 +268,10 @@ def test_a_checkpoint_that_raises_is_an_engine_error_and_the_rest_still_runs(tmp
 def test_an_exception_in_the_gate_code_is_an_engine_error(tmp_path, monkeypatch):
     """The gate's own frame building raises: errored, results.json carries the error."""
 
-    def broken(paths, conformed):
+    def broken(paths, shard_id, conformed):
         raise OSError("injected read failure")
 
-    monkeypatch.setattr(validation_module, "recommendation_rules", broken)
+    monkeypatch.setattr(shard_gate, "recommendation_rules", broken)
     paths, settings = write_good_run(tmp_path / "home")
     with pytest.raises(ValidationEngineError, match="OSError: injected read failure"):
         validate_run(paths, settings)
@@ -284,7 +285,7 @@ def test_a_run_that_errs_after_a_pass_is_not_left_looking_validated(tmp_path, mo
     paths, settings = write_good_run(tmp_path / "home")
     validate_run(paths, settings)
     write_eligible(paths, [1, 2, 3, 4, 5, 6, 7, 8])
-    monkeypatch.setattr(validation_module, "eligible_users", lambda exports_dir: 1 / 0)
+    monkeypatch.setattr(validation_module, "eligible_counts", lambda exports_dir: 1 / 0)
     with pytest.raises(ValidationEngineError):
         validate_run(paths, settings)
     assert saved(paths)[0]["success"] is False

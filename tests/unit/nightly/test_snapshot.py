@@ -417,3 +417,43 @@ def test_timing_is_not_in_the_manifest(settings, paths):
     result = freeze_snapshot(paths, settings)
     assert result["seconds"] >= 0 and set(result) >= {"snapshot_dir", "manifest", "row_counts"}
     assert "seconds" not in paths.snapshot_manifest.read_text()
+
+
+def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
+    sqlite_settings, monkeypatch
+):
+    """With 2-row chunks, each chunk's piece of each shard is an Arrow file on disk while the
+    store is read (memory holds one chunk, not the table): the 9 edges of 5 chunks make at
+    least 5 spill files and at most 9, the partitions hold all 9 edges, and the spill folder is
+    gone after the freeze, after a failed freeze, and when a killed attempt left one behind."""
+    settings = sqlite_settings
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+    monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1)
+    target = retained.folder(paths.home, paths.snapshot_date)
+    killed = target.with_name(f".{target.name}.999-dead.spill")
+    killed.mkdir(parents=True)
+    (killed / "000").mkdir()
+    seen: list[list[Path]] = []
+    real = retained.write_follow_edges
+
+    def watching(parts, shard_count, staging):
+        files = [path for paths_ in parts.values() for path in paths_]
+        assert all(path.is_file() and path.suffix == ".arrow" for path in files)
+        seen.append(files)
+        return real(parts, shard_count, staging)
+
+    monkeypatch.setattr(retained, "write_follow_edges", watching)
+    freeze_snapshot(paths, settings, rebuild=True)
+    assert 5 <= len(seen[0]) <= 9
+    edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
+    assert edges.height == len(FOLLOWS) + len(PENDING)
+    assert not list(target.parent.glob(".*.spill"))
+
+    def broken(parts, shard_count, staging):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(retained, "write_follow_edges", broken)
+    with pytest.raises(OSError, match="disk full"):
+        freeze_snapshot(paths, settings, rebuild=True)
+    assert not list(target.parent.glob(".*.spill"))

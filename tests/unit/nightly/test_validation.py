@@ -33,16 +33,13 @@ import polars as pl
 import pytest
 
 from recs.config import Settings
-from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA
+from recs.contracts import EXPORT_SCHEMAS, RECOMMENDATION_SCHEMA, SNAPSHOT_SCHEMAS
 from recs.errors import ValidationFailedError
 from recs.nightly.data_docs import remote_assets
+from recs.nightly.gate_inputs import read_shard_outputs
 from recs.nightly.runs import RunPaths
-from recs.nightly.validation import (
-    read_shard_outputs,
-    recommendation_rules,
-    user_rank_stats,
-    validate_run,
-)
+from recs.nightly.shard_gate import recommendation_rules, user_rank_stats
+from recs.nightly.validation import validate_run
 from recs.sharding import shard_of
 
 SNAPSHOT_DATE = dt.date(2026, 11, 1)
@@ -55,7 +52,9 @@ GOOD_ROWS: dict[int, list[tuple]] = {
     2: [(2, 12, 4, 0.95, 1, [25, 26]), (2, 13, 3, 0.7, 2, [25]), (2, 14, 2, 0.6, 3, [26, 27])],
     3: [(1, 10, 2, 0.4, 1, [28, 29]), (8, 12, 2, 0.3, 1, [30, 31]), (8, 13, 2, 0.2, 2, [30, 31])],
 }
-EXCLUSIONS = [(6, 15, "following"), (6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
+# follow_exclusions rows; user 6 also follows 15 (a snapshot follow edge, not an export row)
+EXCLUSIONS = [(6, 16, "blocked"), (2, 15, "muted"), (1, 12, "dismissed")]
+FOLLOWS = [(6, 15, "active"), (6, 20, "active")]
 ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
 # 2 run (the share, the plan's eligible count; 2 change checks skipped) + 20 recommendations
 # + 7 rules + 5 users + 7 shards
@@ -157,6 +156,14 @@ def write_good_run(
         folder = paths.exports_dir / "follow_exclusions" / f"shard_id={shard_id}"
         folder.mkdir(parents=True, exist_ok=True)
         part.drop("shard_id").write_parquet(folder / "data_0.parquet")
+    follows = pl.DataFrame(
+        [(f, t, dt.datetime(2026, 10, 1), status) for f, t, status in FOLLOWS],
+        schema=SNAPSHOT_SCHEMAS["follow_edges"], orient="row",
+    )
+    for follower in {f for f, _, _ in FOLLOWS}:
+        folder = paths.snapshot_dir / "follow_edges" / f"shard_id={shard_of(follower, 4):03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        follows.filter(pl.col("follower_id") == follower).write_parquet(folder / "part-0.parquet")
     ids = list(range(1, 32))
     pl.DataFrame(
         {
@@ -259,8 +266,10 @@ def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, cap
     pages = sorted((paths.validation_dir / "data_docs" / "validations").rglob("*.html"))
     validations = paths.validation_dir / "data_docs" / "validations"
     suites = [page.relative_to(validations).parts[0] for page in pages]
-    batches = ("run", "recommendations", "recommendation_rules", "users", "shards")
-    assert suites == sorted(f"recs_{batch}" for batch in batches)
+    batches = ("recommendations", "recommendation_rules", "users", "shards")
+    # one page for the run, and one per batch for each of the 4 shards (their own tasks)
+    assert sorted(suites) == sorted(["recs_run", *[f"recs_{b}" for b in batches for _ in "0123"]])
+    assert sum(f"shard_{shard:03d}" in page.name for page in pages for shard in range(4)) == 16
     assert all(f"validations/{suite}/" in index.read_text() for suite in suites)
     site = paths.validation_dir / "data_docs"
     assert remote_assets(site) == []  # no page loads a script or stylesheet from a CDN
@@ -318,7 +327,8 @@ def test_too_few_users_with_lists_fail_the_share_check(tmp_path):
     summary = json.loads((paths.validation_dir / "summary.json").read_text())
     assert summary["failed"] == ["list_share_at_least_min"]
     results = json.loads((paths.validation_dir / "results.json").read_text())
-    check = next(e for e in results["checkpoints"][0]["expectations"])
+    check = next(e for e in results["checkpoints"][0]["expectations"]
+                 if e["name"] == "list_share_at_least_min")  # fmt: skip
     assert check["result"]["partial_unexpected_list"] == [0.625]
 
 
@@ -513,9 +523,14 @@ def test_derived_frames_by_hand(good_run):
         (6, 2, 1, 2, 2, True),
         (8, 2, 1, 2, 2, True),
     ]
-    rules = recommendation_rules(paths, conformed)
+    shard_0 = conformed.filter(pl.col("shard_id") == 0)
+    rules = recommendation_rules(paths, 0, shard_0)
     flagged = rules.filter(pl.col("is_excluded")).select("user_id", "candidate_id").rows()
-    assert flagged == [(6, 15)]
+    assert flagged == [(6, 15)]  # user 6 follows 15: a snapshot follow edge
+    rules = pl.concat([
+        recommendation_rules(paths, shard_id, conformed.filter(pl.col("shard_id") == shard_id))
+        for shard_id in range(settings.shard_count)
+    ])  # fmt: skip
     assert not rules.get_column("is_self_recommendation").any()
     assert rules.get_column("candidate_is_recommendable").all()
     assert rules.get_column("followed_by_length").to_list() == [2, 2, 2, 2, 1, 2, 2, 2, 2]

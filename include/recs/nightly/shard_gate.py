@@ -1,0 +1,388 @@
+"""The gate of one shard: its rows, rules, users and files, validated by GX in its own task.
+
+``validate_shard`` is the mapped ``validate_shard`` task of the DAG (one per planned shard, after
+every traversal): it reads one shard's output, its eligible users and exclusions, and runs four
+batches as GX checkpoints, so its memory grows with the shard, never with the graph. One row
+per ...:
+
+``recommendations``  row as written: contract columns, types, no nulls, unique
+    (user_id, candidate_id), this run's run_id.
+``recommendation_rules``  rank, score, mutual_count and followed_by within bounds; no self,
+    excluded (its follows of any status, blocks, mutes, dismissals), inactive or undiscoverable
+    candidate.
+``users``  user with a list: ranks 1..n gapless and unique, in this shard (its home shard), eligible
+    tonight.
+``shards``  the shard: readable Parquet of the contract schema sorted by (user_id, rank), a
+    readable manifest whose shard id and counts equal the file's.
+
+It never raises for what it finds: the verdict is the run's (``validation.validate_run`` merges
+every shard's results with the run-wide checks, and validates itself any shard whose saved
+result is missing or is not of the file there now, by sha256). Saved, atomically:
+``paths.shard_validation(shard_id)``: ``{"shard_id", "status" (computed | failed), "sha256",
+"rows", "users", "eligible_users", "generated_at", "checkpoints", "gx_results"}``
+(``checkpoints`` as ``checkpoints.run_checkpoints`` describes them; ``gx_results``: GX's own
+validation results, rendered into the run's Data Docs by ``validate_run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recs.config import Settings
+from recs.contracts import RECOMMENDATION_SCHEMA
+from recs.files import read_json, write_json
+from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
+from recs.nightly.gate_inputs import (
+    ShardOutputs,
+    eligible_users,
+    max_generated_at,
+    read_shard_outputs,
+)
+from recs.nightly.runs import RunPaths
+from recs.sharding import shard_expr
+
+log = logging.getLogger("recs.nightly.validation")
+
+#: The batches of a shard, in the order they run and are reported.
+SHARD_BATCHES = ("recommendations", "recommendation_rules", "users", "shards")
+# Scores are sums of floats; allow for one rounding step above the exact bound.
+SCORE_TOLERANCE = 1e-9
+
+# How a contract dtype looks in the pandas batch (NumPy dtypes; lists stay Arrow-backed, which
+# GX reports as the Python type of their values). The exact Polars/Arrow dtypes, including the
+# datetime unit and the list's element type, are checked per file by ``shard_schema_matches``.
+_PANDAS_TYPE_NAMES: dict[type[pl.DataType], str] = {
+    pl.Int64: "int64",
+    pl.Int32: "int32",
+    pl.Float64: "float64",
+    pl.Boolean: "bool",
+    pl.String: "str",
+    pl.Datetime: "datetime64",
+    pl.List: "list",
+}
+
+
+def validate_shard(paths: RunPaths, settings: Settings, shard_id: int) -> dict[str, Any]:
+    """Validate one planned shard and save its result (``validate_shard_result``); return it
+    without ``checkpoints`` and ``gx_results``, plus ``success`` (None for a failed shard:
+    nothing to judge, it is carried over) and ``seconds``, for XCom and the CLI."""
+    started = time.perf_counter()
+    result = validate_shard_result(paths, settings, shard_id)
+    checks = [e for c in result["checkpoints"] for e in c["expectations"]]
+    summary = {
+        key: value for key, value in result.items() if key not in ("checkpoints", "gx_results")
+    }
+    summary["success"] = all(e["success"] for e in checks) if result["checkpoints"] else None
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    log.info(
+        "validate %s shard %03d: %s, %d of %d checks passed (%.2fs)", paths.run_id, shard_id,
+        result["status"], sum(bool(e["success"]) for e in checks), len(checks),
+        summary["seconds"],
+    )
+    return summary
+
+
+def validate_shard_result(paths: RunPaths, settings: Settings, shard_id: int) -> dict[str, Any]:
+    """Run the shard's batches (``shard_batches``) and save the whole result (module
+    docstring) at ``paths.shard_validation(shard_id)``; a shard without manifest or output is
+    saved as ``failed``. A checkpoint that raised is recorded in the result, not raised.
+    Raises only what reading the shard or writing the result raises."""
+    outputs = read_shard_outputs(paths, settings.shard_count, shard_ids=[shard_id])
+    if not outputs.computed:
+        result: dict[str, Any] = {"shard_id": shard_id, "status": "failed", "sha256": None,
+                                  "checkpoints": [], "gx_results": []}  # fmt: skip
+    else:
+        union = outputs.union
+        # a user in the wrong shard fails user_in_home_shard; its eligibility is looked up in
+        # its home shard's partition, so it does not also fail user_is_eligible
+        homes = (
+            union.select(shard_expr("user_id", settings.shard_count).unique().drop_nulls())
+            .to_series().to_list() if "user_id" in union.columns else []
+        )  # fmt: skip
+        eligible = eligible_users(paths.exports_dir, shard_ids=[shard_id, *homes])
+        batches = shard_batches(paths, settings, shard_id, outputs, eligible)
+        gate = run_checkpoints(batches, paths, label=f"shard_{shard_id:03d}", data_docs=False)
+        in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id)
+        result = {
+            "shard_id": shard_id,
+            "status": "computed",
+            "sha256": outputs.fingerprints[0]["sha256"] if outputs.fingerprints else None,
+            "rows": union.height,
+            "users": union.get_column("user_id").n_unique() if "user_id" in union.columns else 0,
+            "eligible_users": in_shard.height,
+            "generated_at": max_generated_at(union),
+            "checkpoints": gate["checkpoints"],
+            "gx_results": gate["gx_results"],
+        }
+    write_json(paths.shard_validation(shard_id), result)
+    return result
+
+
+def saved_result(paths: RunPaths, shard_id: int, sha256: str | None) -> dict[str, Any] | None:
+    """The saved result of ``shard_id`` if it judged the file whose digest is ``sha256`` (the
+    output there now), else None (none saved, damaged, or of an earlier attempt's file)."""
+    try:
+        result = read_json(paths.shard_validation(shard_id))
+    except Exception:  # noqa: BLE001 - missing or damaged: the shard is validated again
+        return None
+    if result.get("status") != "computed" or sha256 is None or result.get("sha256") != sha256:
+        return None
+    return result
+
+
+def shard_batches(
+    paths: RunPaths,
+    settings: Settings,
+    shard_id: int,
+    outputs: ShardOutputs,
+    eligible: pl.DataFrame,
+) -> list[GateBatch]:
+    """The four batches of one computed shard, each with its expectations (module docstring).
+
+    ``outputs``: ``read_shard_outputs`` of this shard alone; ``eligible``: the shard's eligible
+    ``user_id``. Check names are stable identifiers: they appear in ``summary.json`` and errors.
+    """
+    quiet_gx()
+    import great_expectations.expectations as gxe
+
+    union = outputs.union
+    conformed = _conformed(union)
+    between = gxe.ExpectColumnValuesToBeBetween
+    in_set = gxe.ExpectColumnValuesToBeInSet
+    pair_equal = gxe.ExpectColumnPairValuesToBeEqual
+
+    recommendations = GateBatch(
+        "recommendations",
+        union.select([c for c in union.columns if c != "shard_id"]),
+        keys=["user_id", "candidate_id"],
+    )
+    rules = GateBatch(
+        "recommendation_rules",
+        recommendation_rules(paths, shard_id, conformed),
+        ["user_id", "candidate_id"],
+    )
+    eligible_ids = eligible.get_column("user_id").implode()
+    users = GateBatch(
+        "users",
+        user_rank_stats(conformed, settings.shard_count).with_columns(
+            pl.col("user_id").is_in(eligible_ids).alias("is_eligible")
+        ),
+        ["user_id"],
+    )
+    shards = GateBatch("shards", outputs.shards, ["shard_id"])
+
+    recommendations.expect(
+        "columns_match_contract",
+        gxe.ExpectTableColumnsToMatchOrderedList,
+        column_list=list(RECOMMENDATION_SCHEMA),
+    )
+    for column, dtype in RECOMMENDATION_SCHEMA.items():
+        recommendations.expect(
+            f"type_{column}",
+            gxe.ExpectColumnValuesToBeOfType,
+            column=column,
+            type_=_PANDAS_TYPE_NAMES[dtype.base_type()],
+        )
+    for column in RECOMMENDATION_SCHEMA:
+        recommendations.expect(
+            f"not_null_{column}", gxe.ExpectColumnValuesToNotBeNull, column=column
+        )
+    recommendations.expect(
+        "unique_user_candidate",
+        gxe.ExpectCompoundColumnsToBeUnique,
+        column_list=["user_id", "candidate_id"],
+    )
+    recommendations.expect("run_id_is_this_run", in_set, column="run_id", value_set=[paths.run_id])
+
+    rules.expect("rank_within_top_k", between, column="rank", min_value=1, max_value=settings.top_k)
+    rules.expect(
+        "score_within_bounds",
+        between,
+        column="score",
+        min_value=0.0,
+        max_value=settings.score_max + SCORE_TOLERANCE,
+    )
+    rules.expect(
+        "mutual_count_at_least_min",
+        between,
+        column="mutual_count",
+        min_value=settings.min_mutual_count,
+    )
+    rules.expect(
+        "followed_by_within_count",
+        between,
+        column="followed_by_length",
+        min_value=0,
+        max_value=settings.followed_by_count,
+    )
+    rules.expect(
+        "no_self_recommendation", in_set, column="is_self_recommendation", value_set=[False]
+    )
+    rules.expect("no_excluded_candidate", in_set, column="is_excluded", value_set=[False])
+    rules.expect(
+        "candidate_active_and_discoverable",
+        in_set,
+        column="candidate_is_recommendable",
+        value_set=[True],
+    )
+
+    users.expect("rank_starts_at_1", between, column="min_rank", min_value=1, max_value=1)
+    users.expect("rank_gapless_per_user", pair_equal, column_A="max_rank", column_B="rows")
+    users.expect("rank_unique_per_user", pair_equal, column_A="distinct_ranks", column_B="rows")
+    users.expect("user_in_home_shard", in_set, column="in_home_shard", value_set=[True])
+    users.expect("user_is_eligible", in_set, column="is_eligible", value_set=[True])
+
+    shards.expect("shard_output_readable", in_set, column="readable", value_set=[True])
+    shards.expect(
+        "shard_schema_matches_contract", in_set, column="schema_matches", value_set=[True]
+    )
+    shards.expect("shard_sorted_by_user_rank", in_set, column="is_sorted", value_set=[True])
+    shards.expect("shard_manifest_readable", in_set, column="manifest_readable", value_set=[True])
+    # An unreadable file or manifest is reported by the *_readable checks, not again here.
+    for check, column_a, column_b in (
+        ("manifest_shard_id_matches", "manifest_shard_id", "shard_id"),
+        ("manifest_rows_match_output", "manifest_rows", "file_rows"),
+        ("manifest_users_match_output", "manifest_users", "file_users"),
+    ):
+        shards.expect(
+            check,
+            pair_equal,
+            column_A=column_a,
+            column_B=column_b,
+            ignore_row_if="either_value_is_missing",
+        )
+    return [recommendations, rules, users, shards]
+
+
+def recommendation_rules(paths: RunPaths, shard_id: int, conformed: pl.DataFrame) -> pl.DataFrame:
+    """One row per recommendation row of shard ``shard_id``, with the columns the product rules
+    are checked on.
+
+    ``conformed`` has the contract's columns and dtypes. Returns, in the input's row order:
+    ``user_id, candidate_id`` Int64, ``rank, mutual_count`` Int64, ``score`` Float64,
+    ``followed_by_length`` Int64, ``is_self_recommendation`` Boolean (user_id == candidate_id),
+    ``is_excluded`` Boolean (the pair is a follow of any status in the shard's
+    ``snapshot/follow_edges`` partition, or in its ``exports/follow_exclusions`` partition, any
+    reason), ``candidate_is_recommendable`` Boolean (candidate in
+    ``exports/candidate_profiles`` with ``account_status == 'active'`` and ``is_discoverable``;
+    an unknown candidate is False).
+    """
+    rows = conformed.lazy().with_row_index("row")
+    excluded_rows = (
+        rows.select("row", "user_id", "candidate_id")
+        .join(_exclusion_pairs(paths, shard_id), on=["user_id", "candidate_id"], how="semi")
+        .select("row")
+        .collect()
+        .get_column("row")
+    )
+    recommendable = _recommendable_candidate_ids(
+        paths.exports_dir, conformed.get_column("candidate_id").drop_nulls().unique()
+    )
+    return rows.select(
+        "user_id",
+        "candidate_id",
+        pl.col("rank").cast(pl.Int64),
+        pl.col("mutual_count").cast(pl.Int64),
+        "score",
+        pl.col("followed_by").list.len().cast(pl.Int64).alias("followed_by_length"),
+        (pl.col("user_id") == pl.col("candidate_id")).alias("is_self_recommendation"),
+        pl.col("row").is_in(excluded_rows.implode()).alias("is_excluded"),
+        pl.col("candidate_id").is_in(recommendable.implode()).alias("candidate_is_recommendable"),
+    ).collect()
+
+
+def user_rank_stats(conformed: pl.DataFrame, shard_count: int) -> pl.DataFrame:
+    """One row per user_id with recommendations, sorted by user_id.
+
+    ``conformed`` has the contract's columns plus ``shard_id`` (the directory the row came
+    from). Returns ``user_id`` Int64, ``rows, min_rank, max_rank, distinct_ranks`` Int64,
+    ``in_home_shard`` Boolean: every row of the user is in one shard directory, and it is
+    ``shard_of(user_id, shard_count)``.
+    """
+    return (
+        conformed.lazy()
+        .filter(pl.col("user_id").is_not_null())
+        .group_by("user_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("rows"),
+            pl.col("rank").min().cast(pl.Int64).alias("min_rank"),
+            pl.col("rank").max().cast(pl.Int64).alias("max_rank"),
+            pl.col("rank").n_unique().cast(pl.Int64).alias("distinct_ranks"),
+            pl.col("shard_id").n_unique().alias("shard_dirs"),
+            pl.col("shard_id").first().alias("shard_id"),
+        )
+        .with_columns(
+            (
+                (pl.col("shard_dirs") == 1)
+                & (pl.col("shard_id") == shard_expr("user_id", shard_count))
+            ).alias("in_home_shard")
+        )
+        .select("user_id", "rows", "min_rank", "max_rank", "distinct_ranks", "in_home_shard")
+        .sort("user_id")
+        .collect()
+    )
+
+
+def _conformed(union: pl.DataFrame) -> pl.DataFrame:
+    """The union with exactly the contract's columns and dtypes (missing or uncastable -> null),
+    plus ``shard_id``, so the derived frames can always be computed."""
+    columns = [
+        pl.col(name).cast(dtype, strict=False) if name in union.columns else pl.lit(None, dtype)
+        for name, dtype in RECOMMENDATION_SCHEMA.items()
+    ]
+    return union.select(
+        *[c.alias(n) for c, n in zip(columns, RECOMMENDATION_SCHEMA, strict=True)],
+        pl.col("shard_id"),
+    )
+
+
+def _exclusion_pairs(paths: RunPaths, shard_id: int) -> pl.LazyFrame:
+    """``(user_id, candidate_id)`` Int64 pairs excluded for the users of ``shard_id``, for any
+    reason (may repeat): their follows of any status (``snapshot/follow_edges``) and the rows
+    of ``exports/follow_exclusions`` (a shard may have no folder in either)."""
+    from recs.traversal.inputs import partition_files
+
+    edges = partition_files(Path(paths.snapshot_dir) / "follow_edges").get(shard_id, [])
+    others = partition_files(Path(paths.exports_dir) / "follow_exclusions").get(shard_id, [])
+    frames = [
+        pl.scan_parquet(edges, hive_partitioning=False).select(
+            pl.col("follower_id").cast(pl.Int64).alias("user_id"),
+            pl.col("followee_id").cast(pl.Int64).alias("candidate_id"),
+        )
+    ] if edges else []  # fmt: skip
+    if others:
+        frames.append(
+            pl.scan_parquet(others, hive_partitioning=False).select(
+                pl.col("user_id").cast(pl.Int64),
+                pl.col("excluded_id").cast(pl.Int64).alias("candidate_id"),
+            )
+        )
+    if not frames:
+        return pl.LazyFrame(schema={"user_id": pl.Int64, "candidate_id": pl.Int64})
+    return pl.concat(frames, how="vertical")
+
+
+def _recommendable_candidate_ids(exports_dir: Path, candidates: pl.Series) -> pl.Series:
+    """The Int64 ids among ``candidates`` of accounts that are active and discoverable, from
+    ``candidate_profiles.parquet`` (scanned for those ids only, so the memory is the shard's);
+    empty if the export is missing."""
+    path = exports_dir / "candidate_profiles.parquet"
+    if not path.exists():
+        return pl.Series("candidate_id", [], pl.Int64)
+    return (
+        pl.scan_parquet(path)
+        .filter(
+            pl.col("candidate_id").is_in(candidates.cast(pl.Int64).implode())
+            & (pl.col("account_status") == "active")
+            & pl.col("is_discoverable")
+        )
+        .select(pl.col("candidate_id").cast(pl.Int64))
+        .collect()
+        .get_column("candidate_id")
+    )
+
