@@ -333,17 +333,26 @@ def test_the_views_open_inside_airflows_ui(site, chromium):
 
 def test_data_docs_open_from_the_run_report(site, chromium):
     """GX's Data Docs of the Airflow run, offline: the index's table (drawn by bootstrap-table,
-    which the site serves itself) lists the five suites' validation results; a validation page
-    shows the gate's expectations with their results."""
+    which the site serves itself) lists the five suites' validation results (the run's, and
+    each shard's of the other four); a validation page shows the gate's expectations with their
+    results."""
     base, token = site["base"], site["token"]
     docs = f"{base}/recs/runs/{DAG_ID}/{_quoted(site['airflow_run_id'])}/data-docs/index.html"
     with Browser(chromium) as browser:
         browser.set_cookie("_token", token, base)
         browser.goto(docs)
-        links = browser.wait_for(  # rows bootstrap-table draws, from the site's own copy
+        drawn = browser.wait_for(  # rows bootstrap-table draws, from the site's own copy
             "[...document.querySelectorAll('tr[data-href*=\"validations/\"]')]"
             ".map(row => new URL(row.dataset.href, document.baseURI).href)"
         )
+        # one validation per shard and batch: more than a page, so ask the table for them all
+        links = browser.evaluate(
+            "[...document.querySelectorAll('table[data-toggle=\"table\"]')]"
+            ".flatMap(t => jQuery(t).bootstrapTable('getData'))"
+            ".map(r => r._table_row_link_path).filter(p => p && p.includes('validations/'))"
+            ".map(p => new URL(p, document.baseURI).href)"
+        )
+        assert drawn and set(drawn) <= set(links)
         suites = {link.split("validations/")[1].split("/")[0] for link in links}
         assert suites == {"recs_run", "recs_recommendations", "recs_recommendation_rules",
                           "recs_users", "recs_shards"}  # fmt: skip
