@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -199,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     })
 
     run_dir = home / "runs" / SNAPSHOT_DATE / args.run_id
+    # every run freezes from the live store: a retained snapshot (an earlier run's) would make
+    # freeze_snapshot a hard link, and an old run folder would be rewritten, not measured
+    for old in (home / "snapshots", run_dir, home / "published"):
+        shutil.rmtree(old, ignore_errors=True)
     run = ["--home", str(home), "--run-id", args.run_id]
     stage("freeze_snapshot", [*me, "--stage", "freeze_snapshot", *run], env,
           lambda r: f"{r['row_counts']['follow_edges']:,} follow edges")
