@@ -86,12 +86,12 @@ lint: $(STAMP) ## ruff, the import contracts (lint-imports) and sqlfluff on the 
 bench: $(STAMP) ## Traversal benchmark: ours vs pure Python vs DuckDB SQL, side by side
 	$(BIN)/python bench/traversal.py $(BENCH_ARGS)
 
-# The night at 1 M users / 50 M edges (16 shards), then at 5 M / 250 M (80 shards: the same
-# users per shard), each in its own home; about an hour on 2 cores, most of it generating the
-# 5 M store (SCALE_ARGS="--reuse-store" keeps a store already generated).
-bench-scale: $(STAMP) ## 1 M and 5 M users through every nightly stage: time, memory, night model
-	$(BIN)/python bench/scale_run.py --users 1000000 --shards 16 --home /tmp/recs-scale $(SCALE_ARGS)
-	$(BIN)/python bench/scale_run.py --users 5000000 --shards 80 --home /tmp/recs-scale-5m $(SCALE_ARGS)
+# The night at 1 M users / 50 M edges (16 shards) in /tmp/recs-scale; at 5 M / 250 M:
+#   make bench-scale SCALE_ARGS="--users 5000000 --shards 80 --home /tmp/recs-scale-5m"
+# (80 shards: the same users per shard; its SQLite store alone takes 38 GB of disk while it is
+# generated, 16 GB after, so check the free space first: bench/README.md).
+bench-scale: $(STAMP) ## 1 M users / 50 M edges through every nightly stage: time, memory, night model
+	$(BIN)/python bench/scale_run.py $(SCALE_ARGS)
 
 # Issue 13: the four real graphs, the five baselines and the ranking variants below (about 30
 # minutes on 2 cores; all 18 variants: EVALUATE_VARIANTS=all, about an hour). One dataset:

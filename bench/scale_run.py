@@ -1,25 +1,30 @@
-"""``make bench-scale``: the whole nightly pipeline on a 1 M-user graph, stage by stage.
+"""``make bench-scale``: the whole nightly pipeline on a 1 M-user graph (and 5 M), stage by stage.
 
 Generates a synthetic power-law graph into its own ``RECS_HOME`` (default ``/tmp/recs-scale``;
 never ``./data``) with ``recs generate-graph`` (1 M users x 50 follows = 50 M edges; the
 popularity tail gives hubs with in-degree over 200 k), then runs the nightly stages in order,
 **each in its own process** so each stage's peak memory is its own: ``freeze_snapshot``,
 ``build_models`` (dbt), ``build_graph``, ``traverse_shard`` x ``shard_count`` (16; one process
-per shard, as Airflow's mapped tasks run), ``validate_run`` (Great Expectations) and
-``publish_run``. The same functions the DAG's tasks call (``recs.nightly.pipeline``), with the same
-run-scoped paths.
+per shard, as Airflow's mapped tasks run), ``validate_shard`` x ``shard_count`` (the gate's GX
+checks of each shard), ``validate_run`` (the run-wide checks and the verdict) and
+``publish_run``. The same functions the DAG's tasks call (``recs.nightly.pipeline``), with the
+same run-scoped paths. Every run freezes from the live store (a retained snapshot, the run
+folder and ``published/`` are removed first).
 
 Prints a per-stage table (wall seconds, CPU seconds of the stage's process, peak RSS) and a
 per-shard summary (traversals, traversals per CPU-second of the task and of the whole process,
-peak RSS split into the private part and the shared, file-backed graph mapping), then checks
-the targets of issue 5: at least 50 M edges and a hub with in-degree >= 100 k, shard peak RSS
-under 2 GB each, and >= 30 M traversals per second per core for the shard task. Results go to
+peak RSS split into the private part and the shared, file-backed graph mapping), then checks:
+at least 50 M edges and a hub with in-degree >= 100 k, shard peak RSS under 2 GB each, >= 30 M
+traversals per second per core for the shard task, a passed gate, the stages around the
+traversal taking together no longer than it (wall seconds, tasks one after another), and every
+task's peak RSS under 2 GB. Then the night model (``night_model.py``). Results go to
 ``<home>/scale-run.json``. Thread pools are pinned to one thread in the shard processes (as in
 ``make bench``), so their CPU seconds are one core's.
 
-Usage: ``python bench/scale_run.py [--users 1000000] [--home /tmp/recs-scale] [--reuse-store]``.
-It needs ~4 GB of disk for the live store and ~2 GB for the run, and about 15 minutes on 2
-cores (the generation and the dbt build take most of it).
+Usage: ``python bench/scale_run.py [--users 1000000] [--shards 16] [--home /tmp/recs-scale]
+[--reuse-store]``. At 1 M users it needs ~4 GB of disk for the live store and ~2 GB for the run,
+and about 15 minutes on 2 cores with the store generated; 5 M users (``--shards 80``) about five
+times that, and ~25 minutes to generate the store. Measured figures: ``bench/README.md``.
 """
 
 from __future__ import annotations
