@@ -162,8 +162,8 @@ class Settings(BaseSettings):
     duckdb_memory_limit: str = Field(
         "1GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
         description="DuckDB's memory_limit for the dbt build (build_models): beyond it, joins, "
-        "aggregates and sorts spill to the run's dbt/duckdb_tmp/, so the task's memory is bounded "
-        "by this setting, not by the graph.",
+        "aggregates and sorts spill to <run>/warehouse.duckdb.tmp/, so the task's memory is "
+        "bounded by this setting, not by the graph.",
     )
 
     cold_start_account_age_hours: float = Field(24.0, ge=0.0)

@@ -76,7 +76,6 @@ def dbt_vars(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "hub_min_in_degree": settings.hub_min_in_degree,
         "popularity_per_tag": settings.popularity_per_tag,
         "duckdb_memory_limit": settings.duckdb_memory_limit,
-        "duckdb_temp_directory": (paths.run_dir.resolve() / "dbt" / "duckdb_tmp").as_posix(),
     }
 
 
