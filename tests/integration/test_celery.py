@@ -111,7 +111,10 @@ def celery_run(redis_server, reference, tmp_path_factory, postgres_server):
 def test_every_task_of_the_celery_run_succeeded_and_published(celery_run):
     states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in celery_run["task_instances"]}
     assert set(states.values()) == {"success"}, states
-    assert len(states) == 6 + SHARDS  # six single tasks and the mapped shards
+    # six single tasks and two mapped tasks per shard (traverse_shard, validate_shard)
+    assert len(states) == 6 + 2 * SHARDS
+    gates = sorted(index for task_id, index in states if task_id == "validate_shard")
+    assert gates == list(range(SHARDS))
     published = celery_run["data"] / "published"
     assert (published / "CURRENT").read_text().strip() == celery_run["run_id"]
     # The snapshot came from the copied retained one: the live store was never opened.

@@ -230,6 +230,8 @@ def _remove_previous_build(paths: RunPaths) -> None:
     """Delete what an earlier attempt of this stage wrote (warehouse, its WAL, exports, dbt/)."""
     for stale in (paths.warehouse, paths.warehouse.with_name(paths.warehouse.name + ".wal")):
         stale.unlink(missing_ok=True)
+    # DuckDB's spill folder beside its file (memory_limit): a killed build can leave it full
+    shutil.rmtree(paths.warehouse.with_name(paths.warehouse.name + ".tmp"), ignore_errors=True)
     for folder in (paths.exports_dir, paths.run_dir / "dbt"):
         if folder.exists():
             shutil.rmtree(folder)

@@ -17,15 +17,18 @@ per ...:
 
 It never raises for what it finds: the verdict is the run's (``validation.validate_run`` merges
 every shard's results with the run-wide checks, and validates itself any shard whose saved
-result is missing or is not of the file there now, by sha256). Saved, atomically:
+result cannot stand for a check now: ``saved_result``). Saved, atomically:
 ``paths.shard_validation(shard_id)``: ``{"shard_id", "status" (computed | failed), "sha256",
-"rows", "users", "eligible_users", "generated_at", "checkpoints", "gx_results"}``
+"rows", "users", "eligible_users", "generated_at", "inputs" (``inputs_fingerprint``),
+"checkpoints", "gx_results"}``
 (``checkpoints`` as ``checkpoints.run_checkpoints`` describes them; ``gx_results``: GX's own
 validation results, rendered into the run's Data Docs by ``validate_run``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -35,6 +38,7 @@ import polars as pl
 
 from recs.config import Settings
 from recs.contracts import RECOMMENDATION_SCHEMA
+from recs.errors import RunNotFoundError
 from recs.files import read_json, write_json
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import (
@@ -116,6 +120,7 @@ def validate_shard_result(paths: RunPaths, settings: Settings, shard_id: int) ->
             "users": union.get_column("user_id").n_unique() if "user_id" in union.columns else 0,
             "eligible_users": in_shard.height,
             "generated_at": max_generated_at(union),
+            "inputs": inputs_fingerprint(paths, settings, shard_id),
             "checkpoints": gate["checkpoints"],
             "gx_results": gate["gx_results"],
         }
@@ -123,16 +128,71 @@ def validate_shard_result(paths: RunPaths, settings: Settings, shard_id: int) ->
     return result
 
 
-def saved_result(paths: RunPaths, shard_id: int, sha256: str | None) -> dict[str, Any] | None:
-    """The saved result of ``shard_id`` if it judged the file whose digest is ``sha256`` (the
-    output there now), else None (none saved, damaged, or of an earlier attempt's file)."""
+def saved_result(
+    paths: RunPaths, settings: Settings, shard_id: int, sha256: str | None
+) -> dict[str, Any] | None:
+    """The saved result of ``shard_id`` if it can stand for a check of the shard now, else None
+    (the shard is then validated again). It must have judged the file whose digest is
+    ``sha256`` (the output there now) against the same inputs and settings
+    (``inputs_fingerprint``), be complete (``is_complete``) and hold no errored check (an
+    engine error is not a verdict: it is retried, never reused)."""
     try:
         result = read_json(paths.shard_validation(shard_id))
     except Exception:  # noqa: BLE001 - missing or damaged: the shard is validated again
         return None
     if result.get("status") != "computed" or sha256 is None or result.get("sha256") != sha256:
         return None
-    return result
+    if result.get("inputs") != inputs_fingerprint(paths, settings, shard_id):
+        return None
+    return result if is_complete(result) else None
+
+
+def is_complete(result: dict[str, Any]) -> bool:
+    """Whether a computed shard's result holds every batch of ``SHARD_BATCHES``, each with
+    checks, no errored check or raised checkpoint, and batch sizes that agree with its figures
+    (``recommendations`` and ``recommendation_rules``: its rows; ``users``: its users;
+    ``shards``: one)."""
+    try:
+        by_batch = {c["batch"]: c for c in result["checkpoints"]}
+        expected = {"recommendations": result["rows"], "recommendation_rules": result["rows"],
+                    "users": result["users"], "shards": 1}  # fmt: skip
+        return set(by_batch) == set(SHARD_BATCHES) and all(
+            by_batch[batch]["rows"] == rows
+            and by_batch[batch]["expectations"]
+            and "error" not in by_batch[batch]
+            and not any(e.get("errored") for e in by_batch[batch]["expectations"])
+            for batch, rows in expected.items()
+        )
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def inputs_fingerprint(paths: RunPaths, settings: Settings, shard_id: int) -> str:
+    """A digest of what a shard's checks read besides its output: the run's settings and, for
+    each input file (the shard's snapshot follow-edge and ``follow_exclusions`` partitions,
+    every ``eligible_users`` file, ``candidate_profiles.parquet``), its path, size and
+    modification time (every writer replaces its files whole, so a changed input has a new
+    ``mtime_ns``). Cheap: nothing is read but directory entries."""
+    from recs.traversal.inputs import partition_files
+
+    files = [
+        *partition_files(Path(paths.snapshot_dir) / "follow_edges").get(shard_id, []),
+        *partition_files(Path(paths.exports_dir) / "follow_exclusions").get(shard_id, []),
+        *[f for fs in partition_files(Path(paths.exports_dir) / "eligible_users").values()
+          for f in fs],
+        Path(paths.exports_dir) / "candidate_profiles.parquet",
+    ]  # fmt: skip
+    stats = []
+    for path in files:
+        try:
+            found = path.stat()
+            stats.append([str(path.relative_to(paths.run_dir)), found.st_size, found.st_mtime_ns])
+        except (OSError, ValueError):
+            stats.append([str(path), None, None])
+    document = json.dumps(
+        {"settings": settings.model_dump(mode="json"), "files": stats}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(document.encode()).hexdigest()
 
 
 def shard_batches(
@@ -348,6 +408,12 @@ def _exclusion_pairs(paths: RunPaths, shard_id: int) -> pl.LazyFrame:
     from recs.traversal.inputs import partition_files
 
     edges = partition_files(Path(paths.snapshot_dir) / "follow_edges").get(shard_id, [])
+    if not edges:  # freeze_snapshot writes every shard's partition, empty ones too
+        raise RunNotFoundError(
+            f"the snapshot has no follow-edge partition for shard {shard_id:03d} under "
+            f"{Path(paths.snapshot_dir) / 'follow_edges'}: the users' own follows cannot be "
+            "checked (freeze the snapshot again)"
+        )
     others = partition_files(Path(paths.exports_dir) / "follow_exclusions").get(shard_id, [])
     frames = [
         pl.scan_parquet(edges, hive_partitioning=False).select(

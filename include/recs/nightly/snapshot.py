@@ -170,7 +170,7 @@ def _materialize(
             chunks = (
                 pl.read_parquet(frozen / shard["path"]) for shard in document["follow_edges_shards"]
             )
-            with retained.spill_folder(staging) as spill:
+            with retained.spill_folder(final) as spill:  # beside final: a leftover is found
                 parts, _ = retained.partition_by_shard(chunks, shard_count, spill)
                 shards = retained.write_follow_edges(parts, shard_count, staging)
         old = final.with_name(staging_name(final.name, ".old"))

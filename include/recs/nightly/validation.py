@@ -29,6 +29,7 @@ the gate raised, or a result carries an exception); ``nothing_to_validate``
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -95,9 +96,11 @@ class GateShards:
 
 def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
     """Sort the planned shards into computed and failed, and get each computed shard's gate
-    result: the one ``validate_shard`` saved if it is of the file there now (sha256), else
-    validated here and now (``revalidated``), so a lost, stale or damaged result never lets a
-    shard through unchecked. Memory: one shard at a time."""
+    result: the one ``validate_shard`` saved if it can stand for a check now
+    (``shard_gate.saved_result``: the file there now, the same inputs and settings, complete,
+    no errored check) and holds every check the other shards' do, else validated here and now
+    (``revalidated``), so a lost, stale, partial or damaged result never lets a shard through
+    unchecked. Memory: one shard at a time."""
     shards = GateShards()
     planned = {paths.shard_dir(shard_id).name for shard_id in range(settings.shard_count)}
     ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
@@ -109,14 +112,29 @@ def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
             shards.failed.append(shard_id)
             continue
         shards.computed.append(shard_id)
-        result = saved_result(paths, shard_id, sha256_file(output))
+        result = saved_result(paths, settings, shard_id, sha256_file(output))
         if result is None:
             shards.revalidated.append(shard_id)
             result = validate_shard_result(paths, settings, shard_id)
         shards.results[shard_id] = result
+    # every shard's result must hold every check that any shard's holds (batch by batch): one
+    # that lacks some is validated again here
+    names: dict[str, set[str]] = {}
+    for result in shards.results.values():
+        for checkpoint in result["checkpoints"]:
+            names.setdefault(checkpoint["batch"], set()).update(
+                e["name"] for e in checkpoint["expectations"]
+            )
+    for shard_id, result in shards.results.items():
+        held = {c["batch"]: {e["name"] for e in c["expectations"]} for c in result["checkpoints"]}
+        if shard_id not in shards.revalidated and any(
+            held.get(batch, set()) != expected for batch, expected in names.items()
+        ):
+            shards.revalidated.append(shard_id)
+            shards.results[shard_id] = validate_shard_result(paths, settings, shard_id)
     if shards.revalidated:
         log.info("validate %s: validated here (no current saved result): shards %s",
-                 paths.run_id, shards.revalidated)  # fmt: skip
+                 paths.run_id, sorted(shards.revalidated))  # fmt: skip
     return shards
 
 
@@ -483,6 +501,16 @@ def _merge_expectation(items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any
         if key in result:
             joined = [v for _, e in failing for v in (e.get("result") or {}).get(key) or []]
             result[key] = joined[:_PARTIAL_MAX]
+    if "partial_unexpected_counts" in result:  # [{"value", "count"}] summed by value
+        totals: dict[str, dict[str, Any]] = {}
+        for _, e in failing:
+            for item in (e.get("result") or {}).get("partial_unexpected_counts") or []:
+                key = json.dumps(item.get("value"), sort_keys=True, default=str)
+                entry = totals.setdefault(key, {"value": item.get("value"), "count": 0})
+                entry["count"] += int(item.get("count") or 0)
+        result["partial_unexpected_counts"] = sorted(
+            totals.values(), key=lambda item: -item["count"]
+        )[:_PARTIAL_MAX]
     base.update(
         success=not failing,
         errored=any(e.get("errored") for _, e in items),

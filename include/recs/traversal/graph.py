@@ -408,6 +408,11 @@ def build_graph(paths, settings) -> dict[str, Any]:
     graph_dir = Path(paths.graph_dir)
     graph_dir.mkdir(parents=True, exist_ok=True)
     (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built
+    # what a killed attempt left (the run's lock is held: no other build is running)
+    for leftover in graph_dir.parent.glob(f".{graph_dir.name}.*.pieces"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in graph_dir.glob(".*.tmp"):
+        leftover.unlink(missing_ok=True)
     spill = graph_dir.with_name(staging_name(graph_dir.name, ".pieces"))
     spill.mkdir()
     try:

@@ -120,3 +120,91 @@ def test_a_failed_shard_is_recorded_as_failed_and_carried_over(tmp_path):
     assert (result["status"], result["success"]) == ("failed", None)
     summary = validate_run(paths, settings)
     assert summary["failed_shards"] == [1] and summary["computed_shards"] == [0, 2, 3]
+
+
+def test_a_result_judged_against_other_inputs_is_not_reused(tmp_path):
+    """After shard 0's task passed, user 6 blocks 10 (a new follow_exclusions file): the shard
+    file is the same bytes, but its saved result is of other inputs, so the run step checks it
+    again and fails no_excluded_candidate (6 is recommended 10)."""
+    import polars as pl
+
+    from recs.contracts import EXPORT_SCHEMAS
+
+    paths, settings = write_good_run(tmp_path / "home")
+    gate_every_shard(paths, settings)
+    folder = paths.exports_dir / "follow_exclusions" / "shard_id=0"
+    folder.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame([(6, 10, "blocked")], schema=EXPORT_SCHEMAS["follow_exclusions"],
+                 orient="row").write_parquet(folder / "data_1.parquet")  # fmt: skip
+    with pytest.raises(ValidationFailedError, match="no_excluded_candidate"):
+        validate_run(paths, settings)
+
+
+@pytest.mark.parametrize("forgery", ["no_checkpoints", "no_rules_batch", "one_check_less"])
+def test_an_incomplete_saved_result_is_validated_again(tmp_path, forgery):
+    """Shard 0 has a self-recommendation and its saved result is then cut down (every batch
+    gone, the rules batch gone, or one check dropped from it): the result is not complete, or
+    lacks a check the other shards hold, so the run step checks the shard itself and fails."""
+    paths, settings = write_good_run(tmp_path / "home")
+    rewrite_shard(paths, 0, _set("candidate_id", 6, where=_row(6, 2)))
+    gate_every_shard(paths, settings)
+    target = paths.shard_validation(0)
+    saved = json.loads(target.read_text())
+    if forgery == "no_checkpoints":
+        saved["checkpoints"] = []
+    elif forgery == "no_rules_batch":
+        saved["checkpoints"] = [c for c in saved["checkpoints"]
+                                if c["batch"] != "recommendation_rules"]  # fmt: skip
+    else:
+        rules = next(c for c in saved["checkpoints"] if c["batch"] == "recommendation_rules")
+        rules["expectations"] = [e for e in rules["expectations"]
+                                 if e["name"] != "no_self_recommendation"]  # fmt: skip
+        rules["success"] = True
+    target.write_text(json.dumps(saved))
+    with pytest.raises(ValidationFailedError, match="no_self_recommendation"):
+        validate_run(paths, settings)
+
+
+def test_an_engine_error_in_a_saved_result_is_retried_not_reused(tmp_path):
+    """Shard 1's saved result carries an errored check (GX could not compute it, e.g. a
+    transient failure): the run step does not reuse it but validates the shard again, and the
+    run passes."""
+    paths, settings = write_good_run(tmp_path / "home")
+    gate_every_shard(paths, settings)
+    target = paths.shard_validation(1)
+    saved = json.loads(target.read_text())
+    check = saved["checkpoints"][0]["expectations"][0]
+    check.update(success=False, errored=True, exception="transient failure")
+    target.write_text(json.dumps(saved))
+    assert validate_run(paths, settings)["outcome"] == "passed"
+    assert json.loads(target.read_text())["checkpoints"][0]["expectations"][0]["errored"] is False
+
+
+def test_a_shard_without_its_follow_edge_partition_is_never_passed(tmp_path):
+    """The snapshot's partition of shard 0 is gone: the users' own follows cannot be checked,
+    so the gate errs (exit 4) naming the partition, and nothing looks validated."""
+    import shutil
+
+    from recs.errors import ValidationEngineError
+
+    paths, settings = write_good_run(tmp_path / "home")
+    shutil.rmtree(paths.snapshot_dir / "follow_edges" / "shard_id=000")
+    with pytest.raises(ValidationEngineError, match="no follow-edge partition for shard 000"):
+        validate_run(paths, settings)
+    assert json.loads((paths.validation_dir / "summary.json").read_text())["success"] is False
+
+
+def test_unexpected_value_counts_are_summed_over_shards(tmp_path):
+    """Shard 0 has one self-recommendation, shard 3 two: the merged check counts 3 unexpected
+    rows, names shards 0 and 3, and its value counts say True x 3."""
+    paths, settings = write_good_run(tmp_path / "home")
+    rewrite_shard(paths, 0, _set("candidate_id", 6, where=_row(6, 2)))
+    rewrite_shard(paths, 3, lambda f: _set("candidate_id", 1, where=_row(1, 1))(
+        _set("candidate_id", 8, where=_row(8, 2))(f)))  # fmt: skip
+    with pytest.raises(ValidationFailedError):
+        validate_run(paths, settings)
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    check = next(e for c in results["checkpoints"] for e in c["expectations"]
+                 if e["name"] == "no_self_recommendation")  # fmt: skip
+    assert check["shards_failed"] == [0, 3] and check["result"]["unexpected_count"] == 3
+    assert check["result"]["partial_unexpected_counts"] == [{"value": True, "count": 3}]

@@ -457,3 +457,21 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     with pytest.raises(OSError, match="disk full"):
         freeze_snapshot(paths, settings, rebuild=True)
     assert not list(target.parent.glob(".*.spill"))
+
+
+def test_a_repartition_removes_what_a_killed_one_left(sqlite_settings):
+    """A run with another shard count re-partitions the retained snapshot through a spill
+    folder beside the run's snapshot/; one left by a killed attempt (SIGKILL: no cleanup runs)
+    is removed by the next, and the new plan's partitions hold every edge."""
+    settings = sqlite_settings
+    freeze_snapshot(RunPaths.create(settings.home, SNAPSHOT_DATE, "four"), settings)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "eight")
+    killed = paths.snapshot_dir.with_name(".snapshot.999-dead.spill")
+    (killed / "000").mkdir(parents=True)
+    (killed / "000" / "000000.arrow").write_bytes(b"x" * 1000)
+    eight = settings.model_copy(update={"shard_count": 8})
+    freeze_snapshot(paths, eight)
+    assert not killed.exists() and not list(paths.run_dir.glob(".*.spill"))
+    assert len(list((paths.snapshot_dir / "follow_edges").glob("shard_id=*"))) == 8
+    edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
+    assert edges.height == len(FOLLOWS) + len(PENDING)

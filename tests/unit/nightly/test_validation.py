@@ -160,10 +160,13 @@ def write_good_run(
         [(f, t, dt.datetime(2026, 10, 1), status) for f, t, status in FOLLOWS],
         schema=SNAPSHOT_SCHEMAS["follow_edges"], orient="row",
     )
-    for follower in {f for f, _, _ in FOLLOWS}:
-        folder = paths.snapshot_dir / "follow_edges" / f"shard_id={shard_of(follower, 4):03d}"
+    for shard_id in range(settings.shard_count):  # every shard, empty ones too, as frozen
+        folder = paths.snapshot_dir / "follow_edges" / f"shard_id={shard_id:03d}"
         folder.mkdir(parents=True, exist_ok=True)
-        follows.filter(pl.col("follower_id") == follower).write_parquet(folder / "part-0.parquet")
+        in_shard = follows.filter(
+            pl.col("follower_id").map_elements(lambda u: shard_of(u, 4), pl.Int64) == shard_id
+        )
+        in_shard.write_parquet(folder / "part-0.parquet")
     ids = list(range(1, 32))
     pl.DataFrame(
         {

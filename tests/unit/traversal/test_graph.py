@@ -249,3 +249,18 @@ def test_a_build_that_fails_half_way_leaves_no_graph_that_looks_built(tmp_path, 
     with pytest.raises(Exception):  # noqa: B017
         load_graph(paths.graph_dir)
     assert not [p for p in paths.run_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_rebuild_removes_what_a_killed_build_left(tmp_path):
+    """A build killed mid-way (SIGKILL: no cleanup runs) leaves its spilled pieces beside graph/
+    and the memory-mapped indices' temporary file inside it: the next build removes both."""
+    paths, settings = tiny_graph(tmp_path)
+    build_graph(paths, settings)
+    pieces = paths.run_dir / ".graph.999-dead.pieces"
+    pieces.mkdir()
+    (pieces / "000000.src.npy").write_bytes(b"x" * 1000)
+    stale = paths.graph_dir / ".indices.npy.999-dead.tmp"
+    stale.write_bytes(b"x" * 1000)
+    build_graph(paths, settings)
+    assert not pieces.exists() and not stale.exists()
+    assert load_graph(paths.graph_dir).follows(1) == [3, 4, 5]
