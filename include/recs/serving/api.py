@@ -206,8 +206,8 @@ class _PlainRoute(APIRoute):
 
     Every handler here reads its own path, query and body values (``parse_id``,
     ``parse_limit``) and encodes its own JSON, so FastAPI's per-request dependency solving and
-    response serialisation (``get_request_handler``; ~45 µs a request, a tenth of the whole
-    read path) are skipped; the routes' OpenAPI documentation (``openapi_extra``,
+    response serialisation (``get_request_handler``: 9 % of a who-to-follow request under
+    cProfile) are skipped; the routes' OpenAPI documentation (``openapi_extra``,
     ``responses``) is built from the declaration as before. FastAPI documents this extension
     point ("Custom Request and APIRoute class")."""
 
@@ -221,7 +221,8 @@ class _DirectRoutes:
     A request for one of the API's own routes (matched by each route's own ``matches``, as
     Starlette's router does) skips the rest of the stack: Starlette's exception middleware,
     FastAPI's exit-stack middleware, the router's scan and the two per-request exit stacks of
-    FastAPI's ``request_response``, ~40 µs a request that none of these handlers uses. A
+    FastAPI's ``request_response``, which none of these handlers uses (``/healthz`` in process:
+    41 µs of CPU a request through them, 23 µs without). A
     ``RecsError`` is answered as the app's exception handler answers it (``_error``); any other
     exception goes up to Starlette's server-error middleware (500), as before. Everything else
     (``/docs``, ``/openapi.json``, 404, 405) goes down the usual stack."""

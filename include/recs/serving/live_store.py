@@ -510,9 +510,9 @@ class LiveStore:
         ``LOCK_POLL_SECONDS`` until ``timeout_ms`` has passed (then "database is locked": 503).
 
         Not SQLite's own busy handler: it sleeps 1, 2, 5, 10, 15, 20, 25 ms... between tries,
-        so a write that finds the lock held for one commit (an fsync, ~3 ms here) waited 8 ms
-        or more, and dismissals at 200/s from two workers had a p99 of ~29 ms with nothing else
-        running (``bench/README.md``). The busy timeout is off only for this statement."""
+        so a write that found the lock held for one commit (an fsync, 2-4 ms on this machine)
+        got it only after 3 or 8 ms, and later still behind a queue of writers. The busy
+        timeout is off only for this statement."""
         deadline = time.monotonic() + self._timeout_ms / 1000
         cursor.execute("PRAGMA busy_timeout = 0")
         try:
