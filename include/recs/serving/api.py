@@ -61,8 +61,10 @@ import anyio
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.routing import Match
 
 from recs.config import Settings, get_settings
 from recs.contracts import MAX_USER_ID
@@ -199,6 +201,51 @@ class _BodyLimit:
         )
 
 
+class _PlainRoute(APIRoute):
+    """A route whose endpoint is called with the ``Request`` and returns the ``Response`` as is.
+
+    Every handler here reads its own path, query and body values (``parse_id``,
+    ``parse_limit``) and encodes its own JSON, so FastAPI's per-request dependency solving and
+    response serialisation (``get_request_handler``: 9 % of a who-to-follow request under
+    cProfile) are skipped; the routes' OpenAPI documentation (``openapi_extra``,
+    ``responses``) is built from the declaration as before. FastAPI documents this extension
+    point ("Custom Request and APIRoute class")."""
+
+    def get_route_handler(self):
+        return self.endpoint
+
+
+class _DirectRoutes:
+    """Pure ASGI middleware calling the endpoint of the matching ``_PlainRoute`` itself.
+
+    A request for one of the API's own routes (matched by each route's own ``matches``, as
+    Starlette's router does) skips the rest of the stack: Starlette's exception middleware,
+    FastAPI's exit-stack middleware, the router's scan and the two per-request exit stacks of
+    FastAPI's ``request_response``, which none of these handlers uses (``/healthz`` in process:
+    41 µs of CPU a request through them, 23 µs without). A
+    ``RecsError`` is answered as the app's exception handler answers it (``_error``); any other
+    exception goes up to Starlette's server-error middleware (500), as before. Everything else
+    (``/docs``, ``/openapi.json``, 404, 405) goes down the usual stack."""
+
+    def __init__(self, app, routes: list[APIRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            for route in self.routes:
+                match, child_scope = route.matches(scope)
+                if match is Match.FULL:
+                    scope.update(child_scope)
+                    try:
+                        response = await route.endpoint(Request(scope, receive, send))
+                    except RecsError as error:
+                        response = _error(error)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 _ENCODER = msgspec.json.Encoder()  # ~4 µs for a 20-item list; the standard library takes ~50
 
 
@@ -290,15 +337,10 @@ def create_app(
         "read time, with a cold-start fallback. Bearer JWT auth (`recs token USER_ID`).",
         lifespan=lifespan,
     )
+    app.router.route_class = _PlainRoute  # every route below: request in, response out
     app.state.settings = settings
     app.state.store = store
     app.state.versions = versions
-    app.add_middleware(
-        _BodyLimit,
-        max_bytes=settings.api_max_body_bytes,
-        timeout_seconds=settings.api_body_timeout_seconds,
-    )
-    app.add_middleware(_RequestMetrics)  # added last: outermost, so it times and counts 413s
 
     async def recs_error(_request: Request, error: Exception) -> Response:
         return _error(error)
@@ -406,11 +448,11 @@ def create_app(
         return Response(status_code=204)
 
     @app.get("/healthz", response_model=None)
-    async def healthz() -> Response:
+    async def healthz(_request: Request) -> Response:
         return _json({"status": "ok"})
 
     @app.get("/readyz", response_model=None)
-    async def readyz() -> Response:
+    async def readyz(_request: Request) -> Response:
         version = versions.active
         if version is None:
             return _json({"status": "not ready", "detail": "no published version loaded"}, 503)
@@ -438,6 +480,16 @@ def create_app(
             check_service(tokens.principal(request.headers.get("authorization")), "/metrics")
         return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)
 
+    # Innermost first: the direct dispatch sits right above Starlette's exception middleware.
+    app.add_middleware(
+        _DirectRoutes, routes=[r for r in app.router.routes if isinstance(r, _PlainRoute)]
+    )
+    app.add_middleware(
+        _BodyLimit,
+        max_bytes=settings.api_max_body_bytes,
+        timeout_seconds=settings.api_body_timeout_seconds,
+    )
+    app.add_middleware(_RequestMetrics)  # added last: outermost, so it times and counts 413s
     return app
 
 

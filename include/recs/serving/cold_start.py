@@ -39,11 +39,15 @@ def cold_start_candidates(version: PublishedVersion | None, tags: list[str]) -> 
 def cold_start_items(
     user_id: int, limit: int, version: PublishedVersion | None, store: LiveStore,
     *, skip: set[int] | frozenset[int] = frozenset(), first_rank: int = 1,
+    check: LiveCheck | None = None,
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` cold-start items (module docstring), ranks ``first_rank..``, ``score``
     None, ``mutual_count`` 0, no "followed by"; never one of ``skip`` (the batch items a short
-    list is topped up after). Raises ``StoreUnavailableError`` if a fail-closed check fails."""
-    check = LiveCheck(user_id, store)
+    list is topped up after). ``check``: the request's ``LiveCheck`` if it has one already (a
+    short batch list being filled), so the user's exclusions and follows are fetched once per
+    request. Raises ``StoreUnavailableError`` if a fail-closed check fails."""
+    if check is None:
+        check = LiveCheck(user_id, store)
     try:
         tags = store.interests(user_id)
     except StoreUnavailableError:

@@ -109,13 +109,14 @@ def who_to_follow(
         if not rows:
             reason = "no_batch_row"
         else:
-            items = _validated_batch(user_id, rows, limit, store)
+            check = LiveCheck(user_id, store)
+            items = _validated_batch(rows, limit, check)
             if items:
                 if settings.fill_short_lists and len(items) < limit:
                     filled = cold_start_items(
                         user_id, limit - len(items), version, store,
                         skip={item["candidate_id"] for item in items},
-                        first_rank=len(items) + 1,
+                        first_rank=len(items) + 1, check=check,
                     )
                     FILLED.inc(len(filled))
                     items.extend(filled)
@@ -142,10 +143,7 @@ def _document(user_id, source, run_id, generated_at, items) -> dict[str, Any]:
     }
 
 
-def _validated_batch(
-    user_id: int, rows: list[BatchRow], limit: int, store: LiveStore
-) -> list[dict[str, Any]]:
-    check = LiveCheck(user_id, store)
+def _validated_batch(rows: list[BatchRow], limit: int, check: LiveCheck) -> list[dict[str, Any]]:
     candidates = [row.candidate_id for row in rows]
     mutuals = sorted({m for row in rows for m in row.followed_by})
     dropped, follows = check.drops(candidates, mutuals)

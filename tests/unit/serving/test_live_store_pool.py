@@ -13,9 +13,9 @@ import threading
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import insert
+from sqlalchemy import event, insert
 
-from recs.errors import StoreUnavailableError
+from recs.errors import StoreUnavailableError, UnknownUserError
 from recs.serving.live_store import LiveStore
 from recs.store import schema as live
 from recs.store.connections import engine_for
@@ -132,4 +132,54 @@ def test_a_deleted_file_is_503_and_a_write_is_refused(url, tmp_path):
     with pytest.raises(StoreUnavailableError, match="no SQLite file at"):
         store.add_dismissal(1, 2, OLD)
     assert not (tmp_path / "live.db").exists()  # never recreated empty
+    store.close()
+
+
+def test_writes_that_wait_for_a_commit_are_committed_together(url, tmp_path):
+    """Another writer holds SQLite's write lock while dismissal (1, 2) waits for it; three more
+    arrive meanwhile: (2, 1) twice and (1, 99) (no user 99). Released, (1, 2) commits alone and
+    the three queued behind it go in one transaction: 2 COMMITs (one per write: 3). Each is
+    answered as alone: (2, 1) created once and then already there, at OLD; (1, 99) refused on
+    its own (its savepoint rolled back) without undoing the others."""
+    store = LiveStore(url, timeout_ms=5000, pool_size=2)
+    statements: list[str] = []
+    event.listen(
+        store._engine, "connect", lambda dbapi, _record: dbapi.set_trace_callback(statements.append)
+    )
+    holder = sqlite3.connect(tmp_path / "live.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    outcomes: list[tuple[tuple[int, int], object]] = []
+
+    def dismiss(user_id, candidate_id):
+        try:
+            outcome = store.add_dismissal(user_id, candidate_id, OLD)
+        except UnknownUserError as error:
+            outcome = str(error)
+        outcomes.append(((user_id, candidate_id), outcome))
+
+    first = threading.Thread(target=dismiss, args=(1, 2))
+    first.start()
+    while not store._group._busy:  # (1, 2) leads, waiting for the lock
+        threading.Event().wait(0.001)
+    queued = [threading.Thread(target=dismiss, args=pair) for pair in ((2, 1), (2, 1), (1, 99))]
+    for thread in queued:
+        thread.start()
+    while len(store._group._waiting) < 3:  # all three behind it
+        threading.Event().wait(0.001)
+    holder.execute("COMMIT")
+    for thread in (first, *queued):
+        thread.join()
+    assert sorted(outcomes, key=repr) == sorted(
+        [
+            ((1, 2), (True, OLD)),
+            ((2, 1), (True, OLD)),
+            ((2, 1), (False, OLD)),
+            ((1, 99), "unknown candidate 99: not in the live store"),
+        ],
+        key=repr,
+    )
+    assert statements.count("COMMIT") == 2
+    kept = holder.execute("SELECT user_id, candidate_id FROM dismissed_candidates").fetchall()
+    assert sorted(kept) == [(1, 2), (2, 1)]
+    holder.close()
     store.close()
