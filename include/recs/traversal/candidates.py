@@ -73,7 +73,8 @@ def prefetch_row(graph, friend, hop2_cap):  # pragma: no cover - compiled
 def count_row(graph, friend, hop2_cap, followed_by_count, scratch, shift, mask, n_touched):
     # pragma: no cover - compiled
     """Count ``friend``'s capped row into the table, adding ``friend``'s path weight to each
-    entry's sum; returns ``(slots used, row length)``."""
+    entry's sum (the first count of a slot overwrites its sum, so sums are never reset);
+    returns ``(slots used, row length)``."""
     fb = followed_by_count
     indices, table_counts, reached_by = graph.indices, scratch.table_counts, scratch.reached_by
     table_weights = scratch.table_weights
@@ -88,7 +89,7 @@ def count_row(graph, friend, hop2_cap, followed_by_count, scratch, shift, mask, 
         if k < fb:
             reached_by[h * np.uint64(fb) + np.uint64(k)] = friend
         table_counts[h] = k + 1
-        table_weights[h] += weight
+        table_weights[h] = weight if k == 0 else table_weights[h] + weight
     return n_touched, end - start
 
 

@@ -4,7 +4,9 @@
 by chunk. Per user, ``_recommend`` composes the stage functions, each inlined into it:
 ``predicates.flag_exclusions`` → ``candidates.count_candidates`` → ``predicates.prefilter`` →
 ``predicates.cut_to_max_candidates`` → ``ranking.ranked_score`` with ``take.insert_top_k`` →
-``take.emit_rows``. Why one compiled per-user counter for all of it: ``README.md`` here.
+``take.emit_rows``; the passing candidates reached once are kept apart from the others by the
+filter and the cut and scored after them (``README.md``, "Candidates reached once"). Why one
+compiled per-user counter for all of it: ``README.md`` here.
 
 Contract: ``ShardInputs`` (``inputs``) and a ``CappedGraph`` (``graph``: ``indptr`` int64,
 ``indices`` int32, ``activity`` float64, NaN = not recommendable, ``path_weight`` float64,
@@ -24,7 +26,7 @@ import numpy as np
 
 from recs.traversal.candidates import count_candidates
 from recs.traversal.inputs import ShardInputs
-from recs.traversal.jit import compiled
+from recs.traversal.jit import compiled, stage
 from recs.traversal.predicates import (
     DROP_REASONS,
     cut_to_max_candidates,
@@ -32,7 +34,14 @@ from recs.traversal.predicates import (
     prefilter,
 )
 from recs.traversal.ranking import ranked_score
-from recs.traversal.scratch import Scratch, largest_user_bound, table_shape, user_bound
+from recs.traversal.scratch import (
+    Scratch,
+    key_node,
+    key_slot,
+    largest_user_bound,
+    table_shape,
+    user_bound,
+)
 from recs.traversal.take import OutputRows, emit_rows, insert_top_k
 
 log = logging.getLogger("recs.traversal")
@@ -98,6 +107,17 @@ class Adjacency(NamedTuple):
     in_degree: np.ndarray
 
 
+@stage
+def offer(node, count, slot, n_kept, graph, params, scratch):  # pragma: no cover - compiled
+    """Score one candidate that survived the cut (``ranking.ranked_score``; its path-weight sum
+    is in the table at ``slot``) and offer it to the top-k buffer of ``n_kept`` entries
+    (``take.insert_top_k``); returns the new length."""
+    score = ranked_score(
+        scratch.table_weights[slot], graph.activity[node], graph.in_degree[node], params
+    )
+    return insert_top_k(node, count, slot, score, n_kept, params.top_k, scratch)
+
+
 @compiled
 def _recommend(
     user_begin, user_end, lists, graph, params, scratch, out, counts
@@ -115,23 +135,26 @@ def _recommend(
             user, lists, graph, params.hop2_cap, params.followed_by_count, scratch, shift, mask,
             n_touched,
         )
-        n_passing, n_candidates, max_count = prefilter(
+        n_multi, n_single, n_candidates, max_count = prefilter(
             n_touched, graph.activity, params.min_mutual_count, scratch, counts
         )
-        n_scored = cut_to_max_candidates(
-            n_passing, max_count, params.max_candidates_to_score, scratch
+        scored_multi, scored_single = cut_to_max_candidates(
+            n_multi, n_single, max_count, params.max_candidates_to_score, scratch
         )
         n_kept = 0
-        for i in range(n_scored):
-            node = scratch.pass_node[i]
-            score = ranked_score(
-                scratch.pass_weight[i], graph.activity[node], graph.in_degree[node], params
+        for i in range(scored_multi):
+            n_kept = offer(
+                scratch.pass_node[i], scratch.pass_count[i], scratch.pass_slot[i], n_kept, graph,
+                params, scratch,
             )
-            n_kept = insert_top_k(i, score, n_kept, params.top_k, scratch)
+        for i in range(scored_single):
+            key = scratch.single_keys[i]
+            n_kept = offer(key_node(key), 1, key_slot(key), n_kept, graph, params, scratch)
         n_rows = emit_rows(user, n_kept, params.followed_by_count, scratch, out, n_rows)
+        n_scored = scored_multi + scored_single
         traversals += user_traversals
         counts[_CANDIDATES] += n_candidates
-        counts[_CUT] += n_passing - n_scored
+        counts[_CUT] += n_multi + n_single - n_scored
         counts[_SCORED] += n_scored
         counts[_KEPT] += n_kept
     return n_rows, traversals

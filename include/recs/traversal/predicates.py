@@ -7,6 +7,10 @@ the task reads anyway); another exclusion of the user (reasons of ``follow_exclu
 min_mutual_count``; not recommendable (``recommendable_profiles`` false, or no candidate
 profile: ``graph/activity.npy`` is NaN). The rest are cut to the top
 ``max_candidates_to_score`` by ``(mutual_count desc, candidate_id asc)`` before ranking.
+Candidates reached once (most of them under ``min_mutual_count`` 1) are only listed while
+filtering, one word each (``scratch.node_key``): the cut takes the fewest ids among them only
+when fewer than ``max_candidates_to_score`` passing candidates were reached more often, by a
+selection, not a sort (``select_smallest``).
 
 A drop reason's code is its position in ``DROP_REASONS`` + 1 (0: not dropped) and is also the
 candidate's slot in the kernel's stage counts. A new exclusion is a new dbt reason (counted under
@@ -19,7 +23,7 @@ import numpy as np
 
 from recs.contracts import EXCLUSION_REASONS, FOLLOW_REASONS
 from recs.traversal.jit import stage
-from recs.traversal.scratch import claim_slot
+from recs.traversal.scratch import claim_slot, key_node, key_slot, node_key
 
 #: Why a candidate is not scored, in the order the flow tries them; code = position + 1.
 DROP_REASONS = (
@@ -113,11 +117,13 @@ def drop_reason(flagged, count, min_mutual_count, activity, node):  # pragma: no
 @stage
 def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma: no cover
     """Apply ``drop_reason`` to every candidate of the user's table, resetting the table on the
-    way. Passing candidates go to ``pass_slot`` / ``pass_node`` / ``pass_count`` /
-    ``pass_weight``; each dropped
-    one adds 1 to ``counts[code]``. Returns ``(passing, candidates, max mutual_count)``;
-    ``candidates`` = distinct accounts counted (a flagged account nobody reached is none)."""
-    n_passing = 0
+    way. Passing candidates reached at least twice go to ``pass_slot`` / ``pass_node`` /
+    ``pass_count``, those reached once to ``single_keys`` (``node_key``); each dropped one adds
+    1 to ``counts[code]``. Returns ``(passing reached more than once, passing reached once,
+    candidates, max mutual_count)``; ``candidates`` = distinct accounts counted (a flagged
+    account nobody reached is none)."""
+    n_multi = 0
+    n_single = 0
     n_candidates = 0
     n_below = 0
     max_count = 0
@@ -125,11 +131,9 @@ def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma
         h = np.uint64(scratch.touched[i])
         node = scratch.table_nodes[h]
         c = scratch.table_counts[h]
-        w = scratch.table_weights[h]
         flagged = scratch.table_reasons[h]
         scratch.table_nodes[h] = -1
         scratch.table_counts[h] = 0
-        scratch.table_weights[h] = 0.0
         scratch.table_reasons[h] = 0
         if c == 0:
             continue
@@ -141,28 +145,86 @@ def prefilter(n_touched, activity, min_mutual_count, scratch, counts):  # pragma
         if reason:
             counts[reason] += 1
             continue
-        scratch.pass_slot[n_passing] = h
-        scratch.pass_node[n_passing] = node
-        scratch.pass_count[n_passing] = c
-        scratch.pass_weight[n_passing] = w
-        n_passing += 1
+        if c == 1:
+            scratch.single_keys[n_single] = node_key(node, h)
+            n_single += 1
+            continue
+        scratch.pass_slot[n_multi] = h
+        scratch.pass_node[n_multi] = node
+        scratch.pass_count[n_multi] = c
+        n_multi += 1
         if c > max_count:
             max_count = c
     counts[BELOW_MIN_MUTUAL_COUNT] += n_below
-    return n_passing, n_candidates, max_count
+    return n_multi, n_single, n_candidates, max_count
 
 
 @stage
-def cut_to_max_candidates(n_passing, max_count, max_candidates, scratch):  # pragma: no cover
+def select_smallest(keys, n, m):  # pragma: no cover - compiled
+    """Reorder ``keys[:n]`` (distinct ``uint64``) in place so that ``keys[:m]`` are its ``m``
+    smallest, in no particular order. Quickselect (Hoare's FIND, CACM 4(7), 1961) with a
+    median-of-3 pivot and a branch-free Lomuto partition (``bench/README.md``: 0.1-0.15 s less
+    per shard than Hoare's partition, whose branches mispredict); expected O(n), and after
+    ``2 log2 n`` rounds the range left is sorted instead, so never worse than O(n log n)."""
+    if m <= 0 or m >= n:
+        return
+    lo = 0
+    hi = n - 1
+    k = m - 1
+    limit = 0
+    size = n
+    while size > 0:  # 2 log2 n
+        size >>= 1
+        limit += 2
+    while lo < hi:
+        limit -= 1
+        if limit < 0:
+            keys[lo : hi + 1].sort()
+            return
+        mid = (lo + hi) >> 1
+        a, b, c = keys[lo], keys[mid], keys[hi]
+        pivot = max(min(a, b), min(max(a, b), c))
+        if keys[mid] == pivot:  # the pivot to the end of the range
+            keys[mid], keys[hi] = keys[hi], keys[mid]
+        elif keys[lo] == pivot:
+            keys[lo], keys[hi] = keys[hi], keys[lo]
+        store = lo
+        for i in range(lo, hi):  # keys[lo:store] < pivot <= keys[store:i]
+            key = keys[i]
+            keys[i] = keys[store]
+            keys[store] = key
+            store += 1 if key < pivot else 0
+        keys[hi] = keys[store]
+        keys[store] = pivot
+        if store == k:
+            return
+        if k < store:
+            hi = store - 1
+        else:
+            lo = store + 1
+
+
+@stage
+def cut_to_max_candidates(n_multi, n_single, max_count, max_candidates, scratch):
+    # pragma: no cover - compiled
     """Keep the top ``max_candidates`` passing candidates by ``(mutual_count desc, node asc)``
-    (dense order is id order), compacted to the front of the pass buffers; returns how many.
-    A histogram of the counts finds the threshold; ties at it are taken by node."""
-    if n_passing <= max_candidates:
-        return n_passing
+    (dense order is id order): the ``n_multi`` of the pass buffers (reached more than once)
+    rank before the ``n_single`` of ``single_keys``. Returns ``(kept of the pass buffers,
+    compacted to their front; kept of single_keys, moved to its front)``.
+
+    The singles are cut as a whole (some of the others are) or not at all (they all fit), or
+    the fewest ids of them fill the places the others leave (``select_smallest``); among the
+    others a histogram of the counts finds the threshold, and ties at it are taken by node."""
+    if n_multi + n_single <= max_candidates:
+        return n_multi, n_single
+    if n_multi < max_candidates:
+        fill = max_candidates - n_multi
+        select_smallest(scratch.single_keys, n_single, fill)
+        return n_multi, fill
     histogram = scratch.histogram
     for c in range(max_count + 1):
         histogram[c] = 0
-    for i in range(n_passing):
+    for i in range(n_multi):
         histogram[scratch.pass_count[i]] += 1
     threshold = max_count
     above = 0
@@ -171,24 +233,22 @@ def cut_to_max_candidates(n_passing, max_count, max_candidates, scratch):  # pra
         threshold -= 1
     n_selected = 0
     n_ties = 0
-    for i in range(n_passing):
+    for i in range(n_multi):
         c = scratch.pass_count[i]
         if c > threshold:
             scratch.pass_slot[n_selected] = scratch.pass_slot[i]
             scratch.pass_node[n_selected] = scratch.pass_node[i]
             scratch.pass_count[n_selected] = c
-            scratch.pass_weight[n_selected] = scratch.pass_weight[i]
             n_selected += 1
         elif c == threshold:
-            scratch.tie_nodes[n_ties] = scratch.pass_node[i]
-            scratch.tie_slots[n_ties] = scratch.pass_slot[i]
-            scratch.tie_weights[n_ties] = scratch.pass_weight[i]
+            scratch.tie_keys[n_ties] = node_key(scratch.pass_node[i], scratch.pass_slot[i])
             n_ties += 1
-    order = np.argsort(scratch.tie_nodes[:n_ties])
-    for j in range(max_candidates - n_selected):
-        scratch.pass_slot[n_selected] = scratch.tie_slots[order[j]]
-        scratch.pass_node[n_selected] = scratch.tie_nodes[order[j]]
+    need = max_candidates - n_selected
+    select_smallest(scratch.tie_keys, n_ties, need)
+    for j in range(need):
+        key = scratch.tie_keys[j]
+        scratch.pass_slot[n_selected] = key_slot(key)
+        scratch.pass_node[n_selected] = key_node(key)
         scratch.pass_count[n_selected] = threshold
-        scratch.pass_weight[n_selected] = scratch.tie_weights[order[j]]
         n_selected += 1
-    return n_selected
+    return n_selected, 0

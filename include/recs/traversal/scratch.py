@@ -5,7 +5,8 @@ full) has ``2**bits >= 2 * bound`` slots, ``bound`` = ``user_bound``: the distin
 expansion and its exclusions can put there. Every array is sized by the shard's largest bound
 (at most ``hop1_cap * hop2_cap`` + exclusions), never by the graph, so a shard task's private
 memory grows with its own users only; ``touched`` lists the slots a user used, and they are
-reset before the next user (``predicates.prefilter``).
+reset before the next user (``predicates.prefilter``); the weight sums need no reset, as the
+first count of a slot overwrites its sum (``candidates.count_row``).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ _FIBONACCI32 = 2_654_435_769
 
 class Scratch(NamedTuple):
     """``table_*`` / ``reached_by`` / ``touched``: the counter table, per slot (node int32, -1 =
-    free; count int32; path-weight sum float64; drop reason uint8, 0 = none; the first
-    ``followed_by_count`` first-hop ids that reached it). ``pass_*`` / ``tie_*`` /
-    ``histogram``: the candidates that pass the pre-rank filters and the
-    ``max_candidates_to_score`` cut. ``best`` / ``best_score``: top-k."""
+    free; count int32; path-weight sum float64, valid where the count is not 0; drop reason
+    uint8, 0 = none; the first ``followed_by_count`` first-hop ids that reached it).
+    ``pass_*``: the passing candidates reached at least twice (slot, node, count);
+    ``single_keys``: those reached once, as ``node_key`` words; ``tie_keys`` / ``histogram``:
+    the ``max_candidates_to_score`` cut (``predicates``). ``best_*``: top-k (node, count, slot,
+    score; ``take``)."""
 
     table_nodes: np.ndarray
     table_counts: np.ndarray
@@ -36,19 +39,19 @@ class Scratch(NamedTuple):
     pass_slot: np.ndarray
     pass_node: np.ndarray
     pass_count: np.ndarray
-    pass_weight: np.ndarray
-    tie_nodes: np.ndarray
-    tie_slots: np.ndarray
-    tie_weights: np.ndarray
+    single_keys: np.ndarray
+    tie_keys: np.ndarray
     histogram: np.ndarray
-    best: np.ndarray
+    best_node: np.ndarray
+    best_count: np.ndarray
+    best_slot: np.ndarray
     best_score: np.ndarray
 
     @classmethod
     def allocate(cls, bound: int, max_count: int, top_k: int, followed_by_count: int) -> Scratch:
         """Scratch for users of at most ``bound`` table entries and ``max_count`` mutuals:
         ``table_size(bound)`` slots x (4 + 4 + 8 + 1 + 4 * followed_by_count) bytes plus
-        ``bound`` x 36 bytes of candidate buffers."""
+        ``bound`` x 28 bytes of candidate buffers."""
         size = table_size(bound)
         return cls(
             table_nodes=np.full(size, -1, dtype=np.int32),
@@ -60,12 +63,12 @@ class Scratch(NamedTuple):
             pass_slot=np.empty(bound, dtype=np.int32),
             pass_node=np.empty(bound, dtype=np.int32),
             pass_count=np.empty(bound, dtype=np.int32),
-            pass_weight=np.empty(bound, dtype=np.float64),
-            tie_nodes=np.empty(bound, dtype=np.int32),
-            tie_slots=np.empty(bound, dtype=np.int32),
-            tie_weights=np.empty(bound, dtype=np.float64),
+            single_keys=np.empty(bound, dtype=np.uint64),
+            tie_keys=np.empty(bound, dtype=np.uint64),
             histogram=np.empty(max_count + 2, dtype=np.int64),
-            best=np.empty(top_k, dtype=np.int32),
+            best_node=np.empty(top_k, dtype=np.int32),
+            best_count=np.empty(top_k, dtype=np.int32),
+            best_slot=np.empty(top_k, dtype=np.int32),
             best_score=np.empty(top_k, dtype=np.float64),
         )
 
@@ -124,3 +127,22 @@ def claim_slot(table_nodes, touched, node, shift, mask, n_touched):  # pragma: n
             touched[n_touched] = h
             return h, n_touched + np.uint64(1)
         h = (h + np.uint64(1)) & np.uint64(mask)
+
+
+@stage
+def node_key(node, slot):  # pragma: no cover - compiled
+    """One ``uint64`` word ordering candidates by node (= candidate id order): the node in the
+    high 32 bits, its table slot in the low ones (``key_node`` / ``key_slot`` read them back)."""
+    return (np.uint64(node) << np.uint64(32)) | np.uint64(slot)
+
+
+@stage
+def key_node(key):  # pragma: no cover - compiled
+    """The node (``int32``) of a ``node_key`` word."""
+    return np.int32(key >> np.uint64(32))
+
+
+@stage
+def key_slot(key):  # pragma: no cover - compiled
+    """The table slot (``uint64``) of a ``node_key`` word."""
+    return key & np.uint64(0xFFFFFFFF)

@@ -2,7 +2,7 @@
 
 Order (ARCHITECTURE §1): ``score desc, mutual_count desc, candidate_id asc`` (dense ids are in
 id order), a total order, so the result does not depend on the order candidates arrive in. A
-bounded insertion buffer (``scratch.best``) holds the best so far; each kept row carries rank
+bounded insertion buffer (``scratch.best_*``) holds the best so far; each kept row carries rank
 1..k and up to ``followed_by_count`` first-hop follows that reached it, the first ones in the
 user's sample order (``candidates.count_row``), ``-1`` padded.
 """
@@ -73,21 +73,18 @@ def ranks_before(score, count, node, other_score, other_count, other_node):  # p
 
 
 @stage
-def insert_top_k(i, score, n_best, top_k, scratch):  # pragma: no cover - compiled
-    """Offer pass-buffer candidate ``i`` with ``score`` to the best-first buffer of
-    ``n_best`` (< ``top_k`` or full) entries; returns the new length."""
-    c = scratch.pass_count[i]
-    node = scratch.pass_node[i]
+def insert_top_k(node, count, slot, score, n_best, top_k, scratch):  # pragma: no cover
+    """Offer candidate ``node`` (``count`` mutuals, table ``slot``, ``score``) to the best-first
+    buffer of ``n_best`` (< ``top_k`` or full) entries; returns the new length."""
     pos = n_best
     while pos > 0:
-        t = scratch.best[pos - 1]
         if ranks_before(
             score,
-            c,
+            count,
             node,
             scratch.best_score[pos - 1],
-            scratch.pass_count[t],
-            scratch.pass_node[t],
+            scratch.best_count[pos - 1],
+            scratch.best_node[pos - 1],
         ):
             pos -= 1
         else:
@@ -96,9 +93,13 @@ def insert_top_k(i, score, n_best, top_k, scratch):  # pragma: no cover - compil
         return n_best
     last = min(n_best, top_k - 1)
     for j in range(last, pos, -1):
-        scratch.best[j] = scratch.best[j - 1]
+        scratch.best_node[j] = scratch.best_node[j - 1]
+        scratch.best_count[j] = scratch.best_count[j - 1]
+        scratch.best_slot[j] = scratch.best_slot[j - 1]
         scratch.best_score[j] = scratch.best_score[j - 1]
-    scratch.best[pos] = i
+    scratch.best_node[pos] = node
+    scratch.best_count[pos] = count
+    scratch.best_slot[pos] = slot
     scratch.best_score[pos] = score
     return min(n_best + 1, top_k)
 
@@ -109,14 +110,14 @@ def emit_rows(user, n_best, followed_by_count, scratch, out, n_rows):  # pragma:
     ``n_rows``."""
     fb = followed_by_count
     for r in range(n_best):
-        i = scratch.best[r]
-        h = scratch.pass_slot[i]
+        h = scratch.best_slot[r]
+        count = scratch.best_count[r]
         out.user[n_rows] = user
-        out.candidate[n_rows] = scratch.pass_node[i]
-        out.mutual_count[n_rows] = scratch.pass_count[i]
+        out.candidate[n_rows] = scratch.best_node[r]
+        out.mutual_count[n_rows] = count
         out.score[n_rows] = scratch.best_score[r]
         out.rank[n_rows] = r + 1
-        n_fb = min(scratch.pass_count[i], fb)
+        n_fb = min(count, fb)
         out.followed_by_n[n_rows] = n_fb
         for k in range(fb):
             out.followed_by[n_rows * fb + k] = scratch.reached_by[h * fb + k] if k < n_fb else -1

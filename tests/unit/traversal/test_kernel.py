@@ -64,10 +64,11 @@ def test_kernel_memory_does_not_grow_with_the_graph():
     assert abs(peaks[1] - peaks[0]) < 64 * 1024, peaks
 
 
-def random_run(tmp_path, seed: int = 5, n_users: int = 400):
+def random_run(tmp_path, seed: int = 5, n_users: int = 400, **overrides):
     """A random graph with every kind of drop: pending follows, exclusions of every reason (and
     an unnamed one), suspended, undiscoverable and profile-less accounts; small caps, a small
-    max_candidates_to_score and top_k, so every stage cuts something."""
+    max_candidates_to_score and top_k, so every stage cuts something; ``overrides`` on the
+    settings."""
     rng = np.random.default_rng(seed)
     ids = list(range(1, n_users + 1))
     edges = {
@@ -90,8 +91,10 @@ def random_run(tmp_path, seed: int = 5, n_users: int = 400):
         users=users, edges=[(f, t, s) for (f, t), s in edges.items()],
         exclusions=sorted(exclusions), missing_profiles={i for i in ids if i % 29 == 0},
     )
-    settings = settings_for(tmp_path, shard_count=2, hop1_cap=30, hop2_cap=10,
-                            max_candidates_to_score=5, top_k=3)
+    settings = settings_for(tmp_path, **{
+        "shard_count": 2, "hop1_cap": 30, "hop2_cap": 10, "max_candidates_to_score": 5,
+        "top_k": 3, **overrides,
+    })
     paths = write_run(fixture, settings)
     build_graph(paths, settings)
     return paths, settings
@@ -165,3 +168,25 @@ def test_stage_counts_add_up_and_equal_a_plain_count(tmp_path):
     )
     assert counts["kept"] == len(result.rows.user)
     assert recommend_users(inputs, graph, settings, users_per_chunk=7).stage_counts == counts
+
+
+def test_stage_counts_with_candidates_reached_once(tmp_path):
+    """min_mutual_count 1 (shipped): candidates reached once pass, are listed apart and cut or
+    scored by id (predicates.cut_to_max_candidates; max_candidates_to_score 12, so the cut
+    takes some of them); the counts still equal plain_stage_counts."""
+    from recs.traversal.graph import load_graph
+    from recs.traversal.inputs import shard_inputs
+    from recs.traversal.kernel import recommend_users
+
+    paths, settings = random_run(tmp_path, min_mutual_count=1, max_candidates_to_score=12)
+    graph = load_graph(paths.graph_dir)
+    inputs = shard_inputs(paths, settings, 1, graph)
+    counts = recommend_users(inputs, graph, settings).stage_counts
+    plain = plain_stage_counts(inputs, graph, settings)
+    assert {name: counts[name] for name in ("candidates", "cut_by_max_candidates_to_score",
+                                            "scored", "kept")} == {
+        name: plain[name] for name in ("candidates", "cut_by_max_candidates_to_score",
+                                       "scored", "kept")
+    }
+    assert counts["cut_by_max_candidates_to_score"] > 0 and counts["scored"] > 0
+    assert counts["dropped_below_min_mutual_count"] == 0

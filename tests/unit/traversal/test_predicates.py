@@ -212,3 +212,29 @@ def test_traversals_through_hubs_are_counted(tmp_path):
     _, without, _ = run(Fixture(users, edges), settings_for(tmp_path / "b"))
     assert (with_hub["traversals"], with_hub["hub_traversals"]) == (4, 3)
     assert without["hub_traversals"] == 0
+
+
+def test_select_smallest_moves_the_m_smallest_keys_to_the_front():
+    """The ``max_candidates_to_score`` cut takes the fewest ids by a selection: after
+    ``select_smallest(keys, n, m)`` the first ``m`` keys are the ``m`` smallest of the first
+    ``n`` (any order), nothing is lost, and ``m`` <= 0 or >= ``n`` leaves the keys as they are.
+    Random keys, and sorted and reversed ones (the quickselect's worst pivots)."""
+    import numpy as np
+
+    from recs.traversal.predicates import select_smallest
+
+    rng = np.random.default_rng(3)
+    cases = [rng.choice(10**6, int(n), replace=False).astype(np.uint64)
+             for n in rng.integers(2, 400, 300)]
+    cases += [np.arange(3000, dtype=np.uint64), np.arange(3000, dtype=np.uint64)[::-1].copy()]
+    for keys in cases:
+        n = len(keys)
+        for m in (1, n // 3, n // 2, n - 1):
+            selected = keys.copy()
+            select_smallest(selected, n, m)
+            assert np.array_equal(np.sort(selected[:m]), np.sort(keys)[:m]), (n, m)
+            assert np.array_equal(np.sort(selected), np.sort(keys))
+    for m in (0, 5, 6):
+        keys = np.array([5, 3, 9, 1, 7], dtype=np.uint64)
+        select_smallest(keys, 5, m)
+        assert keys.tolist() == [5, 3, 9, 1, 7]
