@@ -26,7 +26,7 @@ import numpy as np
 
 from recs.traversal.candidates import count_candidates
 from recs.traversal.inputs import ShardInputs
-from recs.traversal.jit import compiled, stage
+from recs.traversal.jit import compiled
 from recs.traversal.predicates import (
     DROP_REASONS,
     cut_to_max_candidates,
@@ -107,17 +107,6 @@ class Adjacency(NamedTuple):
     in_degree: np.ndarray
 
 
-@stage
-def offer(node, count, slot, n_kept, graph, params, scratch):  # pragma: no cover - compiled
-    """Score one candidate that survived the cut (``ranking.ranked_score``; its path-weight sum
-    is in the table at ``slot``) and offer it to the top-k buffer of ``n_kept`` entries
-    (``take.insert_top_k``); returns the new length."""
-    score = ranked_score(
-        scratch.table_weights[slot], graph.activity[node], graph.in_degree[node], params
-    )
-    return insert_top_k(node, count, slot, score, n_kept, params.top_k, scratch)
-
-
 @compiled
 def _recommend(
     user_begin, user_end, lists, graph, params, scratch, out, counts
@@ -142,14 +131,24 @@ def _recommend(
             n_multi, n_single, max_count, params.max_candidates_to_score, scratch
         )
         n_kept = 0
+        # written out twice: the same loop through one inlined scoring stage ran the kernel
+        # at half the speed (bench/README.md, issue 13)
         for i in range(scored_multi):
-            n_kept = offer(
-                scratch.pass_node[i], scratch.pass_count[i], scratch.pass_slot[i], n_kept, graph,
-                params, scratch,
+            node = scratch.pass_node[i]
+            slot = scratch.pass_slot[i]
+            score = ranked_score(
+                scratch.table_weights[slot], graph.activity[node], graph.in_degree[node], params
+            )
+            n_kept = insert_top_k(
+                node, scratch.pass_count[i], slot, score, n_kept, params.top_k, scratch
             )
         for i in range(scored_single):
-            key = scratch.single_keys[i]
-            n_kept = offer(key_node(key), 1, key_slot(key), n_kept, graph, params, scratch)
+            node = key_node(scratch.single_keys[i])
+            slot = key_slot(scratch.single_keys[i])
+            score = ranked_score(
+                scratch.table_weights[slot], graph.activity[node], graph.in_degree[node], params
+            )
+            n_kept = insert_top_k(node, 1, slot, score, n_kept, params.top_k, scratch)
         n_rows = emit_rows(user, n_kept, params.followed_by_count, scratch, out, n_rows)
         n_scored = scored_multi + scored_single
         traversals += user_traversals
