@@ -118,10 +118,8 @@ def read_shard_outputs(
     fingerprints: list[dict[str, Any]] = []
     computed: list[int] = []
     failed: list[int] = []
-    planned = {paths.shard_dir(shard_id).name for shard_id in range(shard_count)}
-    ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
-    if ignored and shard_ids is None:
-        log.warning("validate %s: ignoring unplanned shard folders %s", paths.run_id, ignored)
+    if shard_ids is None:
+        warn_unplanned(paths, shard_count)
     for shard_id in range(shard_count) if shard_ids is None else shard_ids:
         output = paths.shard_output(shard_id)
         manifest_path = paths.shard_manifest(shard_id)
@@ -192,6 +190,16 @@ def read_shard_outputs(
     return ShardOutputs(
         union=union, shards=shards, fingerprints=fingerprints, computed=computed, failed=failed
     )
+
+
+def warn_unplanned(paths: RunPaths, shard_count: int) -> list[str]:
+    """Log (and return) the ``shard_id=*`` folders outside the plan ``0 .. shard_count-1``
+    (left by a plan with more shards): the gate ignores them."""
+    planned = {paths.shard_dir(shard_id).name for shard_id in range(shard_count)}
+    ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
+    if ignored:
+        log.warning("validate %s: ignoring unplanned shard folders %s", paths.run_id, ignored)
+    return ignored
 
 
 def is_sorted_by_user_rank(frame: pl.DataFrame) -> bool | None:

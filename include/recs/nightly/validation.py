@@ -43,7 +43,7 @@ from recs.errors import NothingToValidateError, ValidationEngineError, Validatio
 from recs.files import sha256_file, write_json
 from recs.nightly.baseline import ReplacedVersion, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
-from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest
+from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
 
@@ -102,10 +102,7 @@ def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
     (``revalidated``), so a lost, stale, partial or damaged result never lets a shard through
     unchecked. Memory: one shard at a time."""
     shards = GateShards()
-    planned = {paths.shard_dir(shard_id).name for shard_id in range(settings.shard_count)}
-    ignored = sorted(p.name for p in paths.shards_dir.glob("shard_id=*") if p.name not in planned)
-    if ignored:
-        log.warning("validate %s: ignoring unplanned shard folders %s", paths.run_id, ignored)
+    warn_unplanned(paths, settings.shard_count)
     for shard_id in range(settings.shard_count):
         output = paths.shard_output(shard_id)
         if not (output.is_file() and paths.shard_manifest(shard_id).is_file()):

@@ -26,35 +26,26 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from recs.errors import StoreUnavailableError, UnknownUserError
+from recs.errors import StoreUnavailableError
+from recs.serving.group_commit import GroupCommit
 from recs.serving.metrics import STORE_ERRORS, STORE_RECONNECTS
+from recs.serving.writes import LiveStoreWrites
 from recs.store.connections import SQLITE_TIMESTAMP_FORMAT, apply_sqlite_pragmas, one_line
-from recs.store.relationships import ADVISORY_LOCK_KEY, write_time_after
-from recs.times import epoch_micros, naive_utc, wall_clock
+from recs.times import naive_utc
 
 log = logging.getLogger("recs.serving")
 
 # Drop reasons of the fail-closed check, most important first (a candidate excluded for
 # several is counted once, for the first); the read path adds the fail-open ones.
 HARD_REASONS = ("dismissed", "blocked", "blocked_by", "muted")
-
-LOCK_POLL_SECONDS = 0.0002
-"""How often a dismissal asks again for SQLite's write lock while another writer holds it."""
-_SQLITE_BUSY = (sqlite3.SQLITE_BUSY, getattr(sqlite3, "SQLITE_BUSY_SNAPSHOT", 517))
-
-API_EVENT_IDS = {"dismiss": "api:dismiss", "undismiss": "api:undismiss"}
-"""The event id of a dismissal write made through the API, as the relationship version records
-it (ties at the same microsecond are ordered by event id, as in ``recs.ingest``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +62,7 @@ class Account:
     following: int
 
 
-class LiveStore:
+class LiveStore(LiveStoreWrites):
     """Point queries and dismissal writes against the live store (module docstring: contract).
 
     ``url`` is any SQLAlchemy URL of the live store (``recs.store.engine_for``);
@@ -119,7 +110,7 @@ class LiveStore:
         self._local = threading.local()
         self._pg_identity: Any = None
         self._identity_lock = threading.Lock()
-        self._group = _GroupCommit(self._commit)
+        self._group = GroupCommit(self._commit)
 
     # -- connections ------------------------------------------------------------------------
     def _on_connect(self, dbapi_connection, record) -> None:
@@ -422,215 +413,6 @@ class LiveStore:
         )
         return [other for (other,) in rows]
 
-    # -- writes -----------------------------------------------------------------------------
-    # A dismissal is a relationship of ``recs.ingest`` (user -> candidate, relation "dismiss"):
-    # it keeps the (time, id) of the last write applied to it, on its row or, once deleted, as
-    # a ``relationship_tombstones`` row, and ingestion supersedes any event not newer than
-    # that. An API write is such an event at the request's clock time, with event id
-    # ``API_EVENT_IDS[kind]``, ordered after the version it replaces
-    # (``store.relationships.write_time_after``), so the user's action always takes effect and
-    # a later-arriving older event cannot undo it.
-
-    def _write(self, operation: str, body: Callable[[Any], Any]) -> Any:
-        """Run ``body(cursor)`` in a write transaction and commit it: returns what it returns,
-        or raises what it raised (its own refusals: nothing of it is kept). Writes of this
-        process that arrive while another transaction is committing are committed together in
-        the next one (``_GroupCommit``): one lock wait and one fsync for all of them. Raises
-        ``StoreUnavailableError`` for any driver error (the connection is dropped; no write of
-        that transaction is kept) or if the SQLite file was replaced during the transaction."""
-        return self._group.run(_Write(operation, body))
-
-    def _commit(self, writes: list[_Write]) -> None:
-        """One transaction for ``writes``, in order, each in a savepoint of its own (so one
-        write's refusal, such as an unknown user, rolls back only that write); sets each
-        write's ``result`` or ``error``. Every write fails with ``StoreUnavailableError`` if the
-        transaction does: a driver error, or a store that is not the one it committed to."""
-        operation = writes[0].operation
-        try:
-            connection = self._acquire(operation)
-        except StoreUnavailableError as error:
-            for write in writes:
-                write.error = error
-            return
-        try:
-            cursor = connection.cursor()
-            try:
-                self._begin_relationship_write(cursor)
-                for write in writes:
-                    cursor.execute("SAVEPOINT api_write")
-                    try:
-                        write.result = write.body(cursor)
-                    except self._errors:
-                        raise
-                    except Exception as refusal:  # noqa: BLE001 - the write's own, re-raised
-                        write.error = refusal
-                        cursor.execute("ROLLBACK TO SAVEPOINT api_write")
-                    cursor.execute("RELEASE SAVEPOINT api_write")
-                connection.commit()
-            finally:
-                cursor.close()
-        except self._errors as error:
-            self._drop(connection, error)
-            failure = self._unavailable(operation, error)
-            for write in writes:
-                write.error = failure
-            return
-        except BaseException:
-            try:
-                connection.rollback()
-            except self._errors as error:
-                self._drop(connection, error)
-                raise
-            self._done(connection)
-            raise
-        if self._file is not None and connection.info.get("identity") != self._file_identity():
-            self._drop(connection, RuntimeError("replaced"))
-            STORE_ERRORS.labels(operation).inc()
-            failure = StoreUnavailableError(
-                f"live store unavailable ({operation}): the SQLite file {self._file} was "
-                "removed or replaced during the write, so it was not kept; retry"
-            )
-            for write in writes:
-                write.error = failure
-            return
-        self._done(connection)
-
-    def _begin_relationship_write(self, cursor: Any) -> None:
-        """Begin the transaction the way an ingest batch does, so this read-modify-write of a
-        dismissal's version never interleaves with one: SQLite ``BEGIN IMMEDIATE`` (waits up to
-        the busy timeout), PostgreSQL ingestion's transaction-scoped advisory lock (waits up to
-        ``lock_timeout`` = the same timeout). Past the timeout: ``StoreUnavailableError``."""
-        if self._dialect == "sqlite":
-            self._begin_immediate(cursor)
-        else:
-            cursor.execute(f"SELECT pg_advisory_xact_lock({self._ph})", (ADVISORY_LOCK_KEY,))
-
-    def _begin_immediate(self, cursor: Any) -> None:
-        """SQLite ``BEGIN IMMEDIATE``, asking for the write lock again every
-        ``LOCK_POLL_SECONDS`` until ``timeout_ms`` has passed (then "database is locked": 503).
-
-        Not SQLite's own busy handler: it sleeps 1, 2, 5, 10, 15, 20, 25 ms... between tries,
-        so a write that found the lock held for one commit (an fsync, 2-4 ms on this machine)
-        got it only after 3 or 8 ms, and later still behind a queue of writers. The busy
-        timeout is off only for this statement."""
-        deadline = time.monotonic() + self._timeout_ms / 1000
-        cursor.execute("PRAGMA busy_timeout = 0")
-        try:
-            while True:
-                try:
-                    cursor.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as error:
-                    busy = getattr(error, "sqlite_errorcode", None) in _SQLITE_BUSY
-                    if not busy or time.monotonic() >= deadline:  # timeout 0: one try
-                        raise
-                time.sleep(LOCK_POLL_SECONDS)
-        finally:
-            cursor.execute(f"PRAGMA busy_timeout = {self._timeout_ms}")
-
-    def _dismissal_version(
-        self, cursor: Any, user_id: int, candidate_id: int
-    ) -> tuple[Any, tuple[int, str] | None]:
-        """``(dismissed_at or None if no row, version)`` as ingestion reads them: the row's
-        ``(event_time_us, event_id)`` (None for a row without one) or, with no row, the
-        tombstone's (None if there is none)."""
-        p = self._ph
-        cursor.execute(
-            "SELECT dismissed_at, event_time_us, event_id FROM dismissed_candidates "
-            f"WHERE user_id = {p} AND candidate_id = {p}",
-            (user_id, candidate_id),
-        )
-        row = cursor.fetchone()
-        if row is not None:
-            return row[0], None if row[1] is None else (row[1], row[2])
-        cursor.execute(
-            "SELECT event_time_us, event_id FROM relationship_tombstones "
-            f"WHERE relation = 'dismiss' AND source_id = {p} AND target_id = {p}",
-            (user_id, candidate_id),
-        )
-        tombstone = cursor.fetchone()
-        return None, None if tombstone is None else (tombstone[0], tombstone[1])
-
-    def add_dismissal(
-        self, user_id: int, candidate_id: int, at: dt.datetime
-    ) -> tuple[bool, dt.datetime]:
-        """Record that ``user_id`` dismissed ``candidate_id`` at ``at`` (naive UTC; the
-        request's clock), as a ``dismiss`` event ``api:dismiss`` of the relationship (see
-        above): committed before returning, with the row's version, in one transaction
-        serialised with ingestion. Idempotent: returns ``(created, dismissed_at)`` --
-        ``created`` False if it was already there (its original time is returned; its version
-        moves to this request, as an ingested dismiss of an existing dismissal does). Raises
-        ``UnknownUserError`` if either account does not exist, ``StoreUnavailableError`` if
-        the write fails, waits longer than the timeout or the store was replaced under it."""
-        p = self._ph
-        event_id = API_EVENT_IDS["dismiss"]
-
-        def dismiss(cursor: Any) -> tuple[bool, Any]:
-            cursor.execute(
-                f"SELECT user_id FROM users WHERE user_id IN ({p}, {p})", (user_id, candidate_id)
-            )
-            present = {row[0] for row in cursor.fetchall()}
-            for who, label in ((user_id, "user"), (candidate_id, "candidate")):
-                if who not in present:
-                    raise UnknownUserError(f"unknown {label} {who}: not in the live store")
-            dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
-            time_us = write_time_after(epoch_micros(at), event_id, version)
-            created = dismissed_at is None
-            if created:
-                dismissed_at = self._bind_timestamp(at)
-                # ON CONFLICT: a writer outside the lock (a loader, psql) cannot make this fail.
-                cursor.execute(
-                    "INSERT INTO dismissed_candidates (user_id, candidate_id, dismissed_at, "
-                    f"event_time_us, event_id) VALUES ({p}, {p}, {p}, {p}, {p}) "
-                    "ON CONFLICT (user_id, candidate_id) DO UPDATE SET "
-                    "event_time_us = excluded.event_time_us, event_id = excluded.event_id",
-                    (user_id, candidate_id, dismissed_at, time_us, event_id),
-                )
-            else:
-                cursor.execute(
-                    f"UPDATE dismissed_candidates SET event_time_us = {p}, event_id = {p} "
-                    f"WHERE user_id = {p} AND candidate_id = {p}",
-                    (time_us, event_id, user_id, candidate_id),
-                )
-            return created, dismissed_at
-
-        created, dismissed_at = self._write("add_dismissal", dismiss)
-        return created, self._timestamp(dismissed_at)
-
-    def remove_dismissal(
-        self, user_id: int, candidate_id: int, at: dt.datetime | None = None
-    ) -> bool:
-        """Undo the dismissal at ``at`` (naive UTC; default the wall clock), as an
-        ``undismiss`` event ``api:undismiss`` of the relationship (see above): the row is
-        deleted and the version kept as a tombstone, in one transaction serialised with
-        ingestion. True if there was a row; with none (the API answers 404) nothing is written,
-        so requests naming pairs that were never dismissed (unknown users included) cannot
-        grow the tombstones. Raises ``StoreUnavailableError``."""
-        p = self._ph
-        event_id = API_EVENT_IDS["undismiss"]
-        at = wall_clock() if at is None else at
-
-        def undismiss(cursor: Any) -> bool:
-            dismissed_at, version = self._dismissal_version(cursor, user_id, candidate_id)
-            if dismissed_at is None:
-                return False  # nothing written
-            time_us = write_time_after(epoch_micros(at), event_id, version)
-            cursor.execute(
-                f"DELETE FROM dismissed_candidates WHERE user_id = {p} AND candidate_id = {p}",
-                (user_id, candidate_id),
-            )
-            cursor.execute(
-                "INSERT INTO relationship_tombstones (relation, source_id, target_id, "
-                f"event_time_us, event_id) VALUES ('dismiss', {p}, {p}, {p}, {p}) "
-                "ON CONFLICT (relation, source_id, target_id) DO UPDATE SET "
-                "event_time_us = excluded.event_time_us, event_id = excluded.event_id",
-                (user_id, candidate_id, time_us, event_id),
-            )
-            return True
-
-        return self._write("remove_dismissal", undismiss)
-
-    # -- lifecycle --------------------------------------------------------------------------
     def ping(self) -> bool:
         """True if a trivial query succeeds."""
         try:
@@ -646,73 +428,3 @@ class LiveStore:
     def close(self) -> None:
         """Close every pooled connection and dispose of the engine."""
         self._engine.dispose()
-
-
-_UNSET = object()
-
-
-class _Write:
-    """One write waiting for its transaction (``LiveStore._write``)."""
-
-    __slots__ = ("operation", "body", "result", "error", "wake", "lead")
-
-    def __init__(self, operation: str, body: Callable[[Any], Any]) -> None:
-        self.operation = operation
-        self.body = body
-        self.result: Any = _UNSET
-        self.error: BaseException | None = None
-        self.wake = threading.Event()
-        self.lead = False
-
-    def outcome(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-class _GroupCommit:
-    """Group commit of one process's writes (the way databases batch commits).
-
-    The first write to find no transaction of this process in progress leads: it commits
-    every write waiting at that moment, in arrival order, in one transaction
-    (``LiveStore._commit``), then passes the lead to the first write that arrived meanwhile and
-    wakes the writes it committed. So a write waits at most for the transaction in progress
-    and its own, however many arrive together, instead of one commit (an fsync) per write
-    queued before it; the transaction's lock and fsync are shared. Every wait is bounded by
-    the store's own timeouts (the leader's lock wait, its statements)."""
-
-    def __init__(self, commit: Callable[[list[_Write]], None]) -> None:
-        self._commit = commit
-        self._lock = threading.Lock()
-        self._waiting: list[_Write] = []
-        self._busy = False
-
-    def run(self, write: _Write) -> Any:
-        with self._lock:
-            self._waiting.append(write)
-            write.lead = not self._busy
-            self._busy = True
-        if not write.lead:
-            write.wake.wait()  # set by the leader: committed, or this write leads now
-            if not write.lead:
-                return write.outcome()
-        with self._lock:
-            batch, self._waiting = self._waiting, []
-        try:
-            self._commit(batch)
-        except BaseException as error:
-            for each in batch:  # the leader failed unexpectedly: so did the transaction
-                if each.result is _UNSET and each.error is None:
-                    each.error = error
-            raise
-        finally:
-            with self._lock:
-                if self._waiting:
-                    self._waiting[0].lead = True
-                    self._waiting[0].wake.set()
-                else:
-                    self._busy = False
-            for other in batch:
-                if other is not write:
-                    other.wake.set()
-        return write.outcome()
