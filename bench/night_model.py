@@ -9,7 +9,7 @@ grows with, then multiplied by the night's:
 | --- | --- | --- |
 | freeze_snapshot, build_models, build_graph | follow edges | 60 B |
 | traverse_shard | traversals | 220 M x (measured traversals per eligible user) |
-| validate_shard, validate_run, publish_run | published rows | 220 M x (rows per eligible user) |
+| validate_shards, validate_run, publish_run | published rows | 220 M x (rows per eligible user) |
 
 Linear in each: the stages sort and scan (n log n is within a few percent of n over this
 range), and the traversal's cost per expansion is flat (``make bench``). A stage that runs as one
@@ -38,8 +38,8 @@ NIGHT_REFRESHED = 220_000_000
 WINDOW_SECONDS = 4 * 3600
 
 BY_EDGES = ("freeze_snapshot", "build_models", "build_graph")
-BY_ROWS = ("validate_shard", "validate_run", "publish_run")
-SPREAD = ("traverse_shard", "validate_shard")  # mapped: one task per shard
+BY_ROWS = ("validate_shards", "validate_run", "publish_run")
+SPREAD = ("traverse_shard", "validate_shards")  # mapped: a task per shard / group
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ never ``./data``) with ``recs generate-graph`` (1 M users x 50 follows = 50 M ed
 popularity tail gives hubs with in-degree over 200 k), then runs the nightly stages in order,
 **each in its own process** so each stage's peak memory is its own: ``freeze_snapshot``,
 ``build_models`` (dbt), ``build_graph``, ``traverse_shard`` x ``shard_count`` (16; one process
-per shard, as Airflow's mapped tasks run), ``validate_shard`` x ``shard_count`` (the gate's GX
+per shard, as Airflow's mapped tasks run), ``validate_shards`` x groups (the gate's GX
 checks of each shard), ``validate_run`` (the run-wide checks and the verdict) and
 ``publish_run``. The same functions the DAG's tasks call (``recs.nightly.pipeline``), with the
 same run-scoped paths. Every run freezes from the live store (a retained snapshot, the run
@@ -73,7 +73,7 @@ def peak_rss_mb() -> float:
     return max(peak, children)
 
 
-def stage_child(name: str, home: str, run_id: str, shard: int | None) -> None:
+def stage_child(name: str, home: str, run_id: str, shard: str | None) -> None:
     """Child mode: run one stage in this process and print one JSON line."""
     from recs.config import get_settings
     from recs.nightly import pipeline
@@ -83,8 +83,12 @@ def stage_child(name: str, home: str, run_id: str, shard: int | None) -> None:
     started = time.perf_counter()
     if name == "freeze_snapshot":
         result = pipeline.freeze_snapshot(paths, get_settings())
-    elif name in ("traverse_shard", "validate_shard"):
-        result = getattr(pipeline, name)(paths, shard)
+    elif name == "traverse_shard":
+        result = pipeline.traverse_shard(paths, int(shard))
+    elif name == "validate_shards":
+        results = pipeline.validate_shards(paths, [int(i) for i in shard.split(",")])
+        result = {"rows": sum(r.get("rows", 0) for r in results), "shards": len(results),
+                  "success": all(r.get("success") is not False for r in results)}
     else:
         result = getattr(pipeline, name)(paths)
     seconds = time.perf_counter() - started
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cores the night model spreads the shard stage over (default "
                              "1024: Airflow's max_map_length of mapped shard tasks)")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
-    parser.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # id(s), a,b,...
     args = parser.parse_args(argv)
     if args.stage:
         stage_child(args.stage, args.home, args.run_id, args.shard)
@@ -233,11 +237,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['traversals_per_cpu_second'] / 1e6:.1f} M/s task",
         ))
     stages[-len(shards):] = []
+    from recs.config import get_settings
+    from recs.nightly.shard_plan import gate_groups
+
+    groups = gate_groups(list(range(args.shards)), get_settings().gate_shards_per_task)
     gates = [
-        stage(f"validate_shard {shard_id:03d}",
-              [*me, "--stage", "validate_shard", "--shard", str(shard_id), *run], env,
-              lambda r: f"{r.get('rows', 0):,} rows, success={r.get('success')}")
-        for shard_id in range(args.shards)
+        stage(f"validate_shards {group[0]:03d}-{group[-1]:03d}",
+              [*me, "--stage", "validate_shards", "--shard", ",".join(map(str, group)), *run],
+              env, lambda r: f"{r.get('rows', 0):,} rows, success={r.get('success')}")
+        for group in groups
     ]
     stages[-len(gates):] = []
     validated = stage("validate_run", [*me, "--stage", "validate_run", *run], env,
@@ -259,12 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         "note": f"{traversals:,} traversals; one process per shard, run one after another",
     }
     gate_row = {
-        "stage": f"validate_shard x {len(gates)}",
+        "stage": f"validate_shards x {len(gates)}",
         "wall_seconds": sum(s["wall_seconds"] for s in gates),
         "cpu_seconds": sum(s["cpu_seconds"] for s in gates),
         "peak_rss_mb": max(s["peak_rss_mb"] for s in gates),
         "note": f"{sum(g['result'].get('rows', 0) for g in gates):,} rows; one process per "
-                "shard, run one after another",
+                f"group of {len(groups[0]) if groups else 0} shards, run one after another",
     }
     at = next(i for i, s in enumerate(stages) if s["stage"] == "validate_run")
     stages[at:at] = [shard_row, gate_row]

@@ -14,8 +14,10 @@ reuses ``D``'s retained snapshot; when none is retained it fails at once, unless
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
 the date it runs after.
 
-The gate is mapped too: ``validate_shard`` checks one shard's output once every shard is done
-(``all_done``; a failed shard is recorded as such), so its memory is a shard's. A shard that still
+The gate is mapped too: each ``validate_shards`` task checks a group of shards
+(``gate_shards_per_task``, one Great Expectations import for the group) one after another once
+every shard is done (``all_done``; a failed shard is recorded as such), so its memory is a
+shard's. A shard that still
 fails after its retries does not stop the night: ``validate_run`` runs once every shard's gate is
 done (``all_done``), merges their results (validating itself any shard whose result is missing
 or stale), adds the run-wide checks over the shards that were computed, and ``publish_run``
@@ -55,6 +57,11 @@ SNAPSHOT = Asset(name=SNAPSHOT_ASSET_NAME, uri=SNAPSHOT_ASSET_URI)
 PUBLISHED = Asset(name=PUBLISHED_ASSET_NAME, uri=PUBLISHED_ASSET_URI)
 
 DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
+# A gate task's map index reads "shards-008-015": the first and last shard of its group.
+GATE_GROUP_INDEX = (
+    "shards-{{ '%03d' % task.op_kwargs['shard_ids'][0] }}-"
+    "{{ '%03d' % task.op_kwargs['shard_ids'][-1] }}"
+)
 
 # The stages the gate needs to have succeeded; the shards may have failed (carried over).
 BEFORE_TRAVERSAL = ("freeze_snapshot", "build_models", "build_graph", "plan_shards")
@@ -175,6 +182,13 @@ def recs_who_to_follow_nightly():
 
         return pipeline.plan_shards(_paths(run))
 
+    @task
+    def plan_gate(run: dict[str, str], shard_ids: list[int]) -> list[list[int]]:
+        """The groups of the shards one ``validate_shards`` task each checks."""
+        from recs.nightly import pipeline
+
+        return pipeline.gate_groups(_paths(run), shard_ids)
+
     @task(map_index_template="shard-{{ '%03d' % task.op_kwargs['shard_id'] }}", **DATA_TASK_RETRIES)
     def traverse_shard(run: dict[str, str], shard_id: int) -> dict:
         """Capped two-hop traversal, pruning, scoring and top-k for one shard."""
@@ -183,16 +197,17 @@ def recs_who_to_follow_nightly():
         return pipeline.traverse_shard(_paths(run), shard_id)
 
     @task(
-        map_index_template="shard-{{ '%03d' % task.op_kwargs['shard_id'] }}",
+        map_index_template=GATE_GROUP_INDEX,
         trigger_rule=TriggerRule.ALL_DONE,
         **DATA_TASK_RETRIES,
     )
-    def validate_shard(shard_id: int) -> dict:
-        """Great Expectations checks of one shard's output, saved for ``validate_run``; never
-        fails for what it finds (the verdict is the run's), and records a failed shard."""
+    def validate_shards(shard_ids: list[int]) -> list[dict]:
+        """Great Expectations checks of a group of shards' outputs, each saved for
+        ``validate_run``; never fails for what it finds (the verdict is the run's), and records
+        a failed shard."""
         from recs.nightly import pipeline
 
-        return pipeline.validate_shard(_paths(_run_ref()), shard_id)
+        return pipeline.validate_shards(_paths(_run_ref()), shard_ids)
 
     @task(retries=0, trigger_rule=TriggerRule.ALL_DONE)
     def validate_run() -> dict[str, str]:
@@ -237,7 +252,7 @@ def recs_who_to_follow_nightly():
     graph = build_graph(modelled)
     shard_ids = plan_shards(graph)
     shards = traverse_shard.partial(run=graph).expand(shard_id=shard_ids)
-    gated = validate_shard.expand(shard_id=shard_ids)
+    gated = validate_shards.expand(shard_ids=plan_gate(graph, shard_ids))
     shards >> gated
     validated = validate_run()
     [graph, gated] >> validated

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
         1024, ge=1, le=4096, description="Most shards a plan makes (at most Airflow's "
         "max_map_length, checked at run time)."
     )
+    gate_shards_per_task: int = Field(
+        8, ge=1, le=4096, description="Shards one validate_shards task checks, one after "
+        "another (recs.nightly.shard_plan.gate_groups): each task imports Great Expectations "
+        "once, about 6 s of CPU, so fewer, larger groups cost less; more spread over workers."
+    )
     snapshot_max_lag_hours: float = Field(
         36.0,
         ge=0.0,

@@ -37,10 +37,10 @@ def test_the_gate_runs_past_failed_shards_and_the_publish_does_not(dagbag):
         "TriggerRule.ALL_SUCCESS",
     )
     assert dag.get_task("traverse_shard").retries >= 1
-    assert sorted(validate.upstream_task_ids) == ["build_graph", "validate_shard"]
-    gate = dag.get_task("validate_shard")  # one per shard, after every shard, failed ones too
+    assert sorted(validate.upstream_task_ids) == ["build_graph", "validate_shards"]
+    gate = dag.get_task("validate_shards")  # a group of shards each, after every shard, failed too
     assert str(gate.trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
-    assert sorted(gate.upstream_task_ids) == ["plan_shards", "traverse_shard"]
+    assert sorted(gate.upstream_task_ids) == ["plan_gate", "traverse_shard"]
 
 
 @pytest.fixture(scope="module")

@@ -70,8 +70,9 @@ def test_task_graph_is_the_designed_flow(dag):
         "build_graph": ["build_models"],
         "plan_shards": ["build_graph"],
         "traverse_shard": ["build_graph", "plan_shards"],
-        "validate_shard": ["plan_shards", "traverse_shard"],
-        "validate_run": ["build_graph", "validate_shard"],
+        "plan_gate": ["build_graph", "plan_shards"],
+        "validate_shards": ["plan_gate", "traverse_shard"],
+        "validate_run": ["build_graph", "validate_shards"],
         "publish_run": ["validate_run"],
     }
 
@@ -83,22 +84,33 @@ def test_retries_on_data_tasks_none_on_the_gate(dag):
         "build_models",
         "build_graph",
         "traverse_shard",
-        "validate_shard",
+        "validate_shards",
         "publish_run",
     ):
         assert tasks[task_id].retries >= 1, task_id
     assert tasks["validate_run"].retries == 0
-    for task_id in ("validate_shard", "validate_run"):  # they judge failed shards too
+    for task_id in ("validate_shards", "validate_run"):  # they judge failed shards too
         assert str(tasks[task_id].trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
     assert str(tasks["publish_run"].trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS")
 
 
-@pytest.mark.parametrize("task_id", ["traverse_shard", "validate_shard"])
-def test_shard_tasks_are_mapped_with_a_readable_index(dag, task_id):
-    task = dag.get_task(task_id)
+def test_shard_tasks_are_mapped_with_a_readable_index(dag):
+    task = dag.get_task("traverse_shard")
     assert task.map_index_template is not None
     rendered = task.map_index_template.replace("{{ '%03d' % task.op_kwargs['shard_id'] }}", "007")
     assert rendered == "shard-007"
+
+
+def test_gate_tasks_are_mapped_over_groups_with_a_readable_index(dag):
+    import jinja2
+
+    task = dag.get_task("validate_shards")
+    template = jinja2.Template(task.map_index_template)
+
+    class Task:
+        op_kwargs = {"shard_ids": [8, 9, 10, 11, 12, 13, 14, 15]}
+
+    assert template.render(task=Task) == "shards-008-015"
 
 
 def test_duckdb_writer_runs_alone(dag):

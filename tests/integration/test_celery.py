@@ -36,6 +36,8 @@ from tests.needs import need
 
 DATE = "2026-11-01"
 SHARDS = 4
+# Two gate tasks of two shards each, so the gate's tasks are mapped over groups here too.
+RUN_ENV = {"RECS_SHARD_COUNT": str(SHARDS), "RECS_GATE_SHARDS_PER_TASK": "2"}
 WORKERS = ("recs-worker-a", "recs-worker-b")
 RUN_TIMEOUT = 1200.0  # seconds; the run itself takes about 2 minutes here
 
@@ -57,7 +59,7 @@ def redis_server() -> str:
 def reference(tmp_path_factory):
     """``airflow dags test`` of 2026-11-01 on the synthetic graph, in its own home."""
     home = tmp_path_factory.mktemp("dags-test")
-    env = {**airflow_env(home), "RECS_SHARD_COUNT": str(SHARDS)}
+    env = {**airflow_env(home), **RUN_ENV}
     run([str(BIN / "recs"), "generate-graph", "--users", "3000", "--seed", "7", "--replace"], env)
     run([str(BIN / "airflow"), "db", "migrate"], env)
     run([str(BIN / "airflow"), "pools", "set", DUCKDB_POOL, "1", "one DuckDB writer"], env)
@@ -82,7 +84,7 @@ def celery_run(redis_server, reference, tmp_path_factory, postgres_server):
     data = home / "data"
     shutil.copytree(reference["data"] / "snapshots" / DATE, data / "snapshots" / DATE)
     metadata_url = postgres_server.create_database(f"airflow_celery_{uuid.uuid4().hex[:8]}")
-    stack = CeleryStack(home, metadata_url, WORKERS, env={"RECS_SHARD_COUNT": str(SHARDS)})
+    stack = CeleryStack(home, metadata_url, WORKERS, env=RUN_ENV)
     run_id = reference["airflow_run_id"]
     try:
         stack.start()
@@ -111,10 +113,11 @@ def celery_run(redis_server, reference, tmp_path_factory, postgres_server):
 def test_every_task_of_the_celery_run_succeeded_and_published(celery_run):
     states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in celery_run["task_instances"]}
     assert set(states.values()) == {"success"}, states
-    # six single tasks and two mapped tasks per shard (traverse_shard, validate_shard)
-    assert len(states) == 6 + 2 * SHARDS
-    gates = sorted(index for task_id, index in states if task_id == "validate_shard")
-    assert gates == list(range(SHARDS))
+    # seven single tasks, a traverse_shard per shard and a validate_shards per group of
+    # RECS_GATE_SHARDS_PER_TASK (2) shards
+    assert len(states) == 7 + SHARDS + SHARDS // 2
+    gates = sorted(index for task_id, index in states if task_id == "validate_shards")
+    assert gates == list(range(SHARDS // 2))
     published = celery_run["data"] / "published"
     assert (published / "CURRENT").read_text().strip() == celery_run["run_id"]
     # The snapshot came from the copied retained one: the live store was never opened.

@@ -65,12 +65,12 @@ def test_a_run_without_output_cannot_be_scaled():
 
 
 def test_the_mapped_gate_is_spread_and_keeps_one_tasks_memory():
-    """validate_shard x 4 (2 CPU s, 300 MB per task) grows with rows (x220,000) like
+    """validate_shards x 4 (2 CPU s, 300 MB per task) grows with rows (x220,000) like
     validate_run, but is spread over the 100 cores and its peak is one task's."""
-    stages = [*STAGES, {"stage": "validate_shard x 4", "wall_seconds": 2.5, "cpu_seconds": 2.0,
+    stages = [*STAGES, {"stage": "validate_shards x 4", "wall_seconds": 2.5, "cpu_seconds": 2.0,
                         "peak_rss_mb": 300}]  # fmt: skip
     gate = next(c for c in night.night_model(stages, shard_peak_mb=500, cores=100, **RUN)
-                if c.stage == "validate_shard x 4")  # fmt: skip
+                if c.stage == "validate_shards x 4")  # fmt: skip
     assert gate.spread and gate.unit == "rows"
     assert gate.cpu_hours == pytest.approx(2 * 220_000 / 3600)  # 122.2 core-hours
     assert gate.wall_hours == pytest.approx(2 * 220_000 / 3600 / 100)

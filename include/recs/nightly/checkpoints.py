@@ -197,15 +197,27 @@ def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
     return target / "index.html"
 
 
+#: GX's pandas engine fingerprints every in-memory batch below this many bytes (an MD5 of
+#: ``pandas.util.hash_pandas_object``, or of the pickled frame when a column holds lists, as
+#: ``followed_by`` does) only to record it as a batch marker. The gate never reads it, and it
+#: was a quarter of a shard's gate CPU (0.8 of 3.0 s, 775 k rows: ``bench/README.md``), so it
+#: is off: 0 bytes.
+GX_FINGERPRINT_MAX_BYTES = 0
+
+
 def quiet_gx() -> None:
     """Import GX quietly: analytics off (unless ``GX_ANALYTICS_ENABLED`` is set) and its INFO
     chatter (hundreds of lines at import, temp-dir notices) kept out of task logs. GX sets
-    some module loggers to INFO itself, so those are lowered after the import."""
+    some module loggers to INFO itself, so those are lowered after the import. Also sets GX's
+    batch fingerprint threshold (``GX_FINGERPRINT_MAX_BYTES``)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     gx_logger = logging.getLogger("great_expectations")
     if gx_logger.level == logging.NOTSET:
         gx_logger.setLevel(logging.WARNING)
     import great_expectations  # noqa: F401
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    pandas_execution_engine.HASH_THRESHOLD = GX_FINGERPRINT_MAX_BYTES
 
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if (

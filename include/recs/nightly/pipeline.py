@@ -1,7 +1,7 @@
 """The nightly run as plain functions: each Airflow task and each CLI command calls one of these.
 
 Stage order (ARCHITECTURE §2): ``freeze_snapshot`` → ``build_models`` → ``build_graph`` →
-``plan_shards`` → ``traverse_shard`` × S → ``validate_shard`` × S → ``validate_run`` →
+``plan_shards`` → ``traverse_shard`` × S → ``validate_shards`` × G → ``validate_run`` →
 ``publish_run``.
 
 Every stage takes a ``RunPaths`` (run-scoped folders; never "latest", never the wall clock),
@@ -29,6 +29,7 @@ from typing import Any
 
 from recs.config import Settings, get_settings
 from recs.files import read_json
+from recs.nightly import shard_plan
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
 
@@ -132,20 +133,31 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
         return _traverse(paths, settings, shard_id)
 
 
-def validate_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
-    """The gate's checks of one shard (``recs.nightly.shard_gate``), saved for ``validate_run``;
-    never raises for what it finds (the verdict is the run's). Holds the shard's lock, so it
-    never reads a shard that ``traverse_shard`` is rewriting."""
+def gate_groups(paths: RunPaths, shard_ids: list[int]) -> list[list[int]]:
+    """The groups of ``shard_ids`` one ``validate_shards`` task each checks
+    (``shard_plan.gate_groups`` by the run's ``gate_shards_per_task``)."""
+    return shard_plan.gate_groups(shard_ids, run_settings(paths).gate_shards_per_task)
+
+
+def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any]]:
+    """The gate's checks of each of ``shard_ids`` in turn (``recs.nightly.shard_gate``: Great
+    Expectations imported once for them all), each saved for ``validate_run``; never raises
+    for what it finds (the verdict is the run's). Holds each shard's lock while it checks it,
+    so it never reads a shard that ``traverse_shard`` is rewriting."""
     from recs.nightly.shard_gate import validate_shard as _validate
 
     settings = run_settings(paths)
-    check_shard(shard_id, settings.shard_count)
-    with shard_lock(paths, shard_id):
-        return _validate(paths, settings, shard_id)
+    for shard_id in shard_ids:
+        check_shard(shard_id, settings.shard_count)
+    results = []
+    for shard_id in shard_ids:
+        with shard_lock(paths, shard_id):
+            results.append(_validate(paths, settings, shard_id))
+    return results
 
 
 def validate_run(paths: RunPaths) -> dict[str, Any]:
-    """The Great Expectations gate over the computed shards (their ``validate_shard`` results,
+    """The Great Expectations gate over the computed shards (their ``validate_shards`` results,
     or validated here when missing or stale, and the run-wide checks); raises
     ``ValidationFailedError`` (the data), ``ValidationEngineError`` (the gate itself) or
     ``NothingToValidateError``."""
@@ -223,7 +235,7 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         "seconds": round(time.perf_counter() - t0, 3),
         "result": {"shards": len(shard_results), "failed": [f["shard_id"] for f in failed]},
     }
-    timed("validate_shard", lambda: [validate_shard(paths, shard_id) for shard_id in shard_ids])
+    timed("validate_shards", validate_shards, paths, shard_ids)
     timed("validate_run", validate_run, paths)
     timed("publish_run", publish_run, paths)
     return {

@@ -19,7 +19,7 @@ Layout of one run (``RunPaths``)::
         graph/                          build_graph: capped CSR, memory-mapped read-only
         shards/shard_id=NNN/recommendations.parquet + manifest.json
         validation/                     validate_run: GX results, Data Docs
-            shards/shard_id=NNN/results.json    validate_shard: one shard's gate
+            shards/shard_id=NNN/results.json    validate_shards: one shard's gate
 
 Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
 letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps

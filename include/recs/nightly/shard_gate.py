@@ -1,9 +1,9 @@
-"""The gate of one shard: its rows, rules, users and files, validated by GX in its own task.
+"""The gate of one shard: its rows, rules, users and files, validated by GX in a mapped task.
 
-``validate_shard`` is the mapped ``validate_shard`` task of the DAG (one per planned shard, after
-every traversal): it reads one shard's output, its eligible users and exclusions, and runs four
-batches as GX checkpoints, so its memory grows with the shard, never with the graph. One row
-per ...:
+``validate_shard`` is what the mapped ``validate_shards`` task of the DAG runs for each shard
+of its group (``shard_plan.gate_groups``), after every traversal: it reads one shard's output,
+its eligible users and exclusions, and runs four batches as GX checkpoints, so its memory
+grows with the shard, never with the graph. One row per ...:
 
 ``recommendations``  row as written: contract columns, types, no nulls, unique
     (user_id, candidate_id), this run's run_id.

@@ -5,7 +5,8 @@ or ``Settings.shard_count`` when it is set (a fixed plan). It is made once, by
 ``freeze_snapshot``, from the users of the snapshot (the eligibility rule of the dbt model
 ``eligible_users``: active, and active within ``eligibility_window_days`` of the cut-off; the
 gate checks the two counts agree), frozen into the run's manifest, and checked against the
-deployment's Airflow ``max_map_length`` before any heavy stage runs.
+deployment's Airflow ``max_map_length`` before any heavy stage runs. The gate's mapped tasks
+check the shards in groups (``gate_groups``).
 
 Light module (standard library only): the DAG calls ``check_map_length`` at task run time.
 """
@@ -71,3 +72,22 @@ def check_map_length(shard_count: int, max_map_length: int | None) -> None:
             f"{max_map_length}: raise max_map_length (AIRFLOW__CORE__MAX_MAP_LENGTH), lower "
             "RECS_SHARD_COUNT_MAX, or raise RECS_SHARD_USERS_TARGET"
         )
+
+
+def gate_groups(shard_ids: list[int], shards_per_task: int) -> list[list[int]]:
+    """The planned ``shard_ids`` cut into consecutive groups of at most ``shards_per_task``
+    (``Settings.gate_shards_per_task``), one ``validate_shards`` task each, as evenly as that
+    many groups allow: 16 shards at 8 per task are ``[[0..7], [8..15]]``, 10 are 5 and 5.
+    Raises ``ValueError`` if ``shards_per_task`` is below 1."""
+    if shards_per_task < 1:
+        raise ValueError(f"shards_per_task must be at least 1, not {shards_per_task}")
+    n_groups = math.ceil(len(shard_ids) / shards_per_task)
+    if n_groups == 0:
+        return []
+    size, extra = divmod(len(shard_ids), n_groups)
+    groups, start = [], 0
+    for group in range(n_groups):
+        end = start + size + (1 if group < extra else 0)
+        groups.append(list(shard_ids[start:end]))
+        start = end
+    return groups

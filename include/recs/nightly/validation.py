@@ -1,13 +1,13 @@
 """The Great Expectations gate: nothing is published unless it passes, and it cannot pass empty.
 
 The gate runs in two steps, so its memory grows with a shard, never with the graph:
-``shard_gate.validate_shard`` (the mapped ``validate_shard`` task, one per planned shard) checks
-one shard's rows, rules, users and files and saves its result; ``validate_run`` (one task) then
-reads those results, validates itself any computed shard whose saved result is missing or is not
-of the file there now (sha256), adds the run-wide checks and decides. A shard is *computed* if
-its manifest and its output are there (the traversal writes the manifest last); the others
-*failed*, are left out of the checks and carried over by the publish. The run-wide batch
-(``run_batch``), one row:
+``shard_gate.validate_shard`` (in the mapped ``validate_shards`` tasks, each a group of shards)
+checks one shard's rows, rules, users and files and saves its result; ``validate_run`` (one
+task) then reads those results, validates itself any computed shard whose saved result is
+missing or is not of the file there now (sha256), adds the run-wide checks and decides. A
+shard is *computed* if its manifest and its output are there (the traversal writes the manifest
+last); the others *failed*, are left out of the checks and carried over by the publish. The
+run-wide batch (``run_batch``), one row:
 
 ``run``  at least one row over the computed shards; users with lists >= ``gate_min_list_share``
     of tonight's eligible users in them (``exports/eligible_users``); the shard plan's eligible
@@ -96,7 +96,7 @@ class GateShards:
 
 def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
     """Sort the planned shards into computed and failed, and get each computed shard's gate
-    result: the one ``validate_shard`` saved if it can stand for a check now
+    result: the one ``shard_gate.validate_shard`` saved if it can stand for a check now
     (``shard_gate.saved_result``: the file there now, the same inputs and settings, complete,
     no errored check) and holds every check the other shards' do, else validated here and now
     (``revalidated``), so a lost, stale, partial or damaged result never lets a shard through

@@ -29,11 +29,12 @@ STAGES = (
     "build_graph",
     "plan_shards",
     "traverse_shard",
-    "validate_shard",
+    "plan_gate",
+    "validate_shards",
     "validate_run",
     "publish_run",
 )
-MAPPED_STAGES = ("traverse_shard", "validate_shard")  # one task per shard
+MAPPED_STAGES = ("traverse_shard", "validate_shards")  # a task per shard / group of shards
 SKEW_FACTOR = 2.0
 COMPUTED, CARRIED_OVER, FAILED, NOT_RUN = "computed", "carried_over", "failed", "not run"
 DBT_FAILED = ("error", "fail", "runtime error")
