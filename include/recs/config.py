@@ -32,12 +32,13 @@ Defaults and their source:
 from __future__ import annotations
 
 import datetime as dt
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from recs.times import naive_utc
 
@@ -87,7 +88,7 @@ class Settings(BaseSettings):
         "<home>/runs/... before it runs and pushes what it wrote after it succeeds. Unset or "
         "empty: everything stays local under home (no copies).",
     )
-    run_store_options: dict[str, Any] = Field(
+    run_store_options: Annotated[dict[str, Any], NoDecode] = Field(
         default_factory=dict,
         exclude=True,  # may hold credentials
         description="fsspec storage options of the run store, as JSON "
@@ -430,6 +431,16 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:
         return value.strip() or None if isinstance(value, str) else value
+
+    @field_validator("run_store_options", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the environment's JSON: a bad one is a ValidationError
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError as error:
+                raise ValueError(f"not JSON ({error})") from None
+        return value
 
     @field_validator("ingest_min_event_time")
     @classmethod

@@ -122,3 +122,24 @@ def test_a_night_on_s3_across_machines_publishes_the_local_bytes(s3, tmp_path, m
         s["sha256"] for s in local_manifest["shards"]
     ]
     assert s3_manifest["exports"] == local_manifest["exports"]
+
+
+def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(s3, tmp_path):
+    """A bucket that does not exist, and an endpoint nothing listens on: ``RunStoreError`` with
+    one line naming the store and what failed, never a bare botocore error."""
+    from recs.errors import RunStoreError
+    from recs.nightly.artifacts import SNAPSHOT, RunStore
+
+    paths = RunPaths.create(tmp_path / "m", DATE, RUN_ID)
+    (paths.snapshot_dir).mkdir(parents=True)
+    paths.snapshot_manifest.write_text("{}")
+    missing = RunStore("s3://no-such-bucket/runs", {"endpoint_url": s3})
+    with pytest.raises(RunStoreError, match=r"no-such-bucket.*cannot upload snapshot: not found"):
+        missing.push(paths, SNAPSHOT)
+    closed = RunStore(
+        f"s3://{BUCKET}/runs",
+        {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}},
+    )
+    with pytest.raises(RunStoreError, match="cannot reach it: EndpointConnectionError") as error:
+        closed.check()
+    assert "\n" not in str(error.value)

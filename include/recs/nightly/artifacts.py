@@ -133,11 +133,20 @@ class RunStore:
         """One round trip, so an unreachable store fails the task at once with one line."""
         self._io("reach it", self.fs.exists, self.root)
 
-    def _io(self, what: str, func, *args, **kwargs):
+    def _io(self, what: str, func, *args, missing_ok: bool = False):
+        """``func(*args)``, its errors as one ``RunStoreError`` line (``FileNotFoundError``
+        passes through when ``missing_ok``: an absent marker or file the caller handles; else,
+        e.g. a bucket that does not exist, it is a store error too)."""
         try:
-            return func(*args, **kwargs)
-        except (FileNotFoundError, RecsError):
+            return func(*args)
+        except RecsError:
             raise
+        except FileNotFoundError:
+            if missing_ok:
+                raise
+            raise RunStoreError(
+                f"run store {self.url}: cannot {what}: not found (does the bucket or folder exist?)"
+            ) from None
         except Exception as error:  # noqa: BLE001 - any backend's error becomes one line
             raise RunStoreError(
                 f"run store {self.url}: cannot {what}: {type(error).__name__}: {_first_line(error)}"
@@ -160,7 +169,10 @@ class RunStore:
         """The part's marker, or None when the part is not complete in the store."""
         try:
             raw = self._io(
-                f"read the marker of {part.name}", self.fs.cat_file, self._marker_path(paths, part)
+                f"read the marker of {part.name}",
+                self.fs.cat_file,
+                self._marker_path(paths, part),
+                missing_ok=True,
             )
         except FileNotFoundError:
             return None
@@ -304,6 +316,7 @@ class RunStore:
                 self.fs.get,
                 [self.remote(paths, r) for r in names],
                 [str(t) for t in targets],
+                missing_ok=True,
             )
         except FileNotFoundError as error:
             raise ArtifactNotFoundError(
@@ -379,6 +392,18 @@ def run_store() -> RunStore | None:
     if not settings.run_store_url:
         return None
     return _open(settings.run_store_url, json.dumps(settings.run_store_options, sort_keys=True))
+
+
+def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:
+    """``RunPaths.find``, first pulling the run's snapshot manifest from the run store when one
+    is set, a run id is given and the store holds that run (a machine that has not seen it yet:
+    ``recs shard run``, ``recs validate``, ``recs publish``). Raises as ``RunPaths.find``."""
+    store = run_store()
+    if store is not None and run_id is not None:
+        paths = RunPaths.create(home, snapshot_date, run_id)
+        if store.marker(paths, SNAPSHOT) is not None:
+            store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
+    return RunPaths.find(home, snapshot_date, run_id)
 
 
 # --- what each stage reads and writes ----------------------------------------------------------

@@ -254,6 +254,14 @@ def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
         errors = [line for line in lines if line.startswith("recs: error: ")]
         assert code == 2 and len(errors) == 1, lines
         assert "unusable run store" in errors[0] and "Traceback" not in "\n".join(lines)
+    monkeypatch.setenv("RECS_RUN_STORE_URL", "memory://runs")
+    monkeypatch.setenv("RECS_RUN_STORE_OPTIONS", '{"endpoint_url": ')
+    get_settings.cache_clear()
+    code = cli.main(["run", "--snapshot-date", DATE])
+    get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("recs: error: invalid setting run_store_options: "), err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
     assert not (tmp_path / "home" / "live.db").exists()
 
 
@@ -268,3 +276,21 @@ def test_no_run_store_means_no_copies(tmp_path, monkeypatch):
         assert not paths.run_dir.exists() and not os.listdir(tmp_path)
     finally:
         get_settings.cache_clear()
+
+
+def test_find_run_brings_the_manifest_of_a_run_this_machine_has_not_seen(
+    store, tmp_path, monkeypatch
+):
+    """``recs shard run --run-id R`` on a fresh machine: the run's snapshot manifest comes from
+    the store (nothing else), so the command finds the run; a run the store does not hold is
+    the usual one-line ``RunNotFoundError``."""
+    from recs.errors import RunNotFoundError
+
+    a = machine(tmp_path, "a")
+    write(a, SNAPSHOT_FILES)
+    store.push(a, SNAPSHOT)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    found = artifacts.find_run(tmp_path / "b", DATE, RUN_ID)
+    assert found.home == tmp_path / "b" and set(tree(found)) == {"snapshot/manifest.json"}
+    with pytest.raises(RunNotFoundError, match="no run other"):
+        artifacts.find_run(tmp_path / "b", DATE, "other")
