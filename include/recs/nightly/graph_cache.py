@@ -12,9 +12,13 @@ run and the graph's content, the ``checksum`` of its marker in the store: a rebu
 other bytes is downloaded again, an identical one is not. The first shard task on a machine
 downloads it under the run's ``flock`` (blocking: the machine's other shard tasks of the run wait
 for it, then reuse it), into a staging folder, each file checked against the marker's size and
-sha256, then renamed into place, so a half-downloaded copy never looks complete; the copies of
-the run's older graphs are removed then (a task still mapping one keeps its pages: Linux frees
-an unlinked file once the last mapping goes).
+sha256, then renamed into place, so a half-downloaded copy never looks complete.
+
+A machine keeps one run's graph (at the design's scale one is about 100 GB): once a new copy is
+in place, the run's older graphs and every other run's copy are removed, except a run whose lock
+another task holds (it is downloading); a task still mapping a removed copy keeps its pages
+(Linux frees an unlinked file once the last mapping goes). The nightly DAG runs one run at a
+time (``max_active_runs=1``); a later rerun of an older run's shard downloads its graph again.
 """
 
 from __future__ import annotations
@@ -81,8 +85,36 @@ def local_graph(store: RunStore, paths: RunPaths, root: Path | None = None) -> C
         for other in run_cache.iterdir():  # older graphs of the run, a killed download's pieces
             if other.name != final.name and other.name != ".lock":
                 shutil.rmtree(other, ignore_errors=True)
+        _remove_other_runs(run_cache.parent.parent, run_cache)
         size = sum(entry["size"] for entry in marker["files"].values())
         log.info("graph of %s copied to %s (%d bytes)", paths.run_id, final, size)
         return CachedGraph(final / "graph", checksum, downloaded=True)
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def _remove_other_runs(root: Path, keep: Path) -> list[Path]:
+    """Remove the cached graphs of every run under ``root`` but ``keep``, each under its own
+    lock taken without waiting (a run whose lock is held is left alone). Returns what went."""
+    removed = []
+    for run_cache in sorted(root.glob("*/*")):
+        if run_cache == keep or not run_cache.is_dir():
+            continue
+        descriptor = os.open(run_cache / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        else:
+            shutil.rmtree(run_cache, ignore_errors=True)
+            removed.append(run_cache)
+        finally:
+            os.close(descriptor)
+    for date_dir in root.iterdir():
+        try:
+            date_dir.rmdir()  # only if empty: a date with a run left keeps its folder
+        except OSError:
+            pass
+    if removed:
+        log.info("graph cache %s: removed the copies of %s", root, [p.name for p in removed])
+    return removed

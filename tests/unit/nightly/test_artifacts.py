@@ -294,3 +294,31 @@ def test_find_run_brings_the_manifest_of_a_run_this_machine_has_not_seen(
     assert found.home == tmp_path / "b" and set(tree(found)) == {"snapshot/manifest.json"}
     with pytest.raises(RunNotFoundError, match="no run other"):
         artifacts.find_run(tmp_path / "b", DATE, "other")
+
+
+def test_a_machine_keeps_one_runs_graph_and_spares_a_run_being_downloaded(store, tmp_path):
+    """One machine, four runs in turn: r1's copy goes when r2's arrives; when r3's arrives, r2's
+    stays, because another task holds r2's lock (it is downloading it); it goes with r4's."""
+    import fcntl
+
+    cache = tmp_path / "worker" / "cache"
+    runs = {}
+    for run_id in ("r1", "r2", "r3", "r4"):
+        builder = RunPaths.create(tmp_path / "builder", DATE, run_id)
+        write(builder, graph_files(run_id.encode()))
+        store.push(builder, GRAPH)
+        runs[run_id] = RunPaths.create(tmp_path / "worker", DATE, run_id)
+    local_graph(store, runs["r1"], cache)
+    local_graph(store, runs["r2"], cache)
+    assert not (cache / DATE / "r1").exists()
+
+    held = os.open(cache / DATE / "r2" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        local_graph(store, runs["r3"], cache)
+        assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r2", "r3"]
+    finally:
+        os.close(held)
+    kept = local_graph(store, runs["r4"], cache)
+    assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r4"]
+    assert (kept.graph_dir / "indices.npy").read_bytes() == b"r4" * 1000
