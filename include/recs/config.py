@@ -16,6 +16,8 @@ Defaults and their source:
 - ``top_k`` 20: "the top twenty candidates per user are written".
 - ``eligibility_window_days`` 30: "users who were active in the last 30 days".
 - ``cold_start_account_age_hours`` 24, ``cold_start_min_following`` 5: its cold-start rule.
+- ``run_store_*``, ``run_cache_dir``: where run artifacts live for workers on several machines
+  (``recs.nightly.artifacts``); unset, everything stays under ``home``.
 - ``api_*``: the online read path (``recs serve``); ``api_jwt_secret`` has no default.
 - ``ingest_*``: event ingestion (``recs ingest``): the event_time window an event must fall in
   (``ingest_max_future_seconds`` 3600 ahead of the ingesting machine's clock, not before
@@ -30,12 +32,13 @@ Defaults and their source:
 from __future__ import annotations
 
 import datetime as dt
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from recs.times import naive_utc
 
@@ -75,6 +78,28 @@ class Settings(BaseSettings):
         exclude=True,
         ge=0,
         description="How long freeze_snapshot waits for the standby to replay up to the primary.",
+    )
+    run_store_url: str | None = Field(
+        None,
+        exclude=True,  # where a run's files live, not what it computes (and may name a bucket)
+        description="Where run artifacts live so every worker reaches them "
+        "(recs.nightly.artifacts): a shared-volume path or an fsspec URL (s3://bucket/prefix, "
+        "file:///..., memory://...). Each task pulls the artifacts it reads into its local "
+        "<home>/runs/... before it runs and pushes what it wrote after it succeeds. Unset or "
+        "empty: everything stays local under home (no copies).",
+    )
+    run_store_options: Annotated[dict[str, Any], NoDecode] = Field(
+        default_factory=dict,
+        exclude=True,  # may hold credentials
+        description="fsspec storage options of the run store, as JSON "
+        '(RECS_RUN_STORE_OPTIONS=\'{"endpoint_url": "http://127.0.0.1:9000"}\'); S3 '
+        "credentials and endpoint also come from the usual AWS_* variables.",
+    )
+    run_cache_dir: Path | None = Field(
+        None,
+        exclude=True,
+        description="This machine's cache of run graphs copied from the run store (one copy "
+        "per run and checksum, shared by its shard tasks); default <home>/cache/graphs.",
     )
     datasets_dir: Path = Field(
         Path(__file__).resolve().parents[2] / "datasets",
@@ -406,6 +431,21 @@ class Settings(BaseSettings):
         2000, exclude=True, ge=100, le=100_000,
         description="Resamples of the paired bootstrap confidence intervals.",
     )
+
+    @field_validator("run_store_url")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if isinstance(value, str) else value
+
+    @field_validator("run_store_options", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the environment's JSON: a bad one is a ValidationError
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError as error:
+                raise ValueError(f"not JSON ({error})") from None
+        return value
 
     @field_validator("ingest_min_event_time")
     @classmethod

@@ -175,6 +175,17 @@ class DismissalNotFoundError(RecsError):
     http_status = 404
 
 
+class RunStoreError(RecsError):
+    """The run store (``RECS_RUN_STORE_URL``, ``recs.nightly.artifacts``) cannot be used: a
+    malformed URL, a protocol without its fsspec package, or storage that cannot be reached or
+    refuses a read or write."""
+
+
+class ArtifactNotFoundError(RunNotFoundError):
+    """A run artifact a stage reads is not complete in the run store: the stage that writes it
+    has not succeeded there (its marker is missing), or a file changed while it was read."""
+
+
 class ConfigurationError(RecsError):
     """A setting the command needs is missing or unusable (e.g. ``RECS_API_JWT_SECRET``)."""
 

@@ -97,9 +97,9 @@ def shard_run(
 ) -> None:
     """Rerun one shard of an existing run: same inputs, same bytes as the Airflow task."""
     from recs.nightly import pipeline
-    from recs.nightly.runs import RunPaths
+    from recs.nightly.artifacts import find_run
 
-    paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
+    paths = find_run(current_settings().home, snapshot_date, run_id)
     result = pipeline.traverse_shard(paths, shard)
     emit(result, as_json, lambda doc: print_mapping(f"shard {shard:03d} of {paths.run_id}", doc))
 
@@ -120,9 +120,9 @@ def validate(
     """Run the gate on an existing run (the DAG's validate_run): exit 3 if the data failed, 4 if
     the gate itself errored, 5 if there was nothing to validate."""
     from recs.nightly import pipeline
-    from recs.nightly.runs import RunPaths
+    from recs.nightly.artifacts import find_run
 
-    paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
+    paths = find_run(current_settings().home, snapshot_date, run_id)
     result = pipeline.validate_run(paths)
     shown = {k: v for k, v in result.items() if k not in ("skipped",)}
     shown["skipped"] = ", ".join(item["name"] for item in result["skipped"]) or "none"
@@ -134,9 +134,9 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
     """Publish a validated run (the DAG's publish_run), e.g. after a fix: failed shards are
     carried over from the version CURRENT names."""
     from recs.nightly import pipeline
-    from recs.nightly.runs import RunPaths
+    from recs.nightly.artifacts import find_run
 
-    paths = RunPaths.find(current_settings().home, snapshot_date, run_id)
+    paths = find_run(current_settings().home, snapshot_date, run_id)
     result = pipeline.publish_run(paths)
     shown = {key: value for key, value in result.items() if key not in ("previous", "replaced")}
     shown["carried_over"] = _carried_text(result["carried_over"])

@@ -12,6 +12,10 @@ The settings a run uses are frozen into its snapshot manifest by ``freeze_snapsh
 stages read them back with ``run_settings`` so a retry, a single-shard rerun from the CLI or a
 backfill computes with exactly the caps, weights and shard count the run started with.
 
+With a run store (``RECS_RUN_STORE_URL``), each stage pulls what it reads from it first and
+pushes what it wrote once it succeeded (``recs.nightly.artifacts.synced``), so the tasks of a run
+may run on machines that share no disk; without one, ``synced`` does nothing.
+
 A shard that fails does not stop the night: ``run_all`` (like the DAG, after its retries) goes
 on to the gate, which validates the shards that were computed, and the publish carries the
 failed ones over from the version being replaced (``recs.nightly.carryover``).
@@ -30,6 +34,7 @@ from typing import Any
 from recs.config import Settings, get_settings
 from recs.files import read_json
 from recs.nightly import shard_plan
+from recs.nightly.artifacts import synced, withdraw_shards
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
 
@@ -56,16 +61,17 @@ def freeze_snapshot(
     shard plan checked against Airflow's ``max_map_length``."""
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
-    return _freeze(
-        paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
-    )
+    with run_lock(paths), synced(paths, "freeze_snapshot"):
+        return _freeze(
+            paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
+        )
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
     """``dbt build`` over the snapshot into the run's DuckDB file and Parquet exports."""
     from recs.nightly.models import build_models as _build
 
-    with run_lock(paths):
+    with run_lock(paths), synced(paths, "build_models"):
         return _build(paths, run_settings(paths))
 
 
@@ -75,7 +81,7 @@ def dbt_docs(paths: RunPaths) -> dict[str, Any]:
     run's DuckDB file, which no stage may be writing meanwhile."""
     from recs.nightly.models import generate_docs
 
-    with run_lock(paths):
+    with run_lock(paths), synced(paths, "dbt_docs"):
         return generate_docs(paths, run_settings(paths))
 
 
@@ -83,7 +89,7 @@ def build_graph(paths: RunPaths) -> dict[str, Any]:
     """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
     from recs.traversal.graph import build_graph as _build
 
-    with run_lock(paths):
+    with run_lock(paths), synced(paths, "build_graph"):
         return _build(paths, run_settings(paths))
 
 
@@ -91,11 +97,14 @@ def plan_shards(paths: RunPaths) -> list[int]:
     """The shard ids of this run: ``0 .. shard_count-1`` as frozen in the snapshot.
 
     Also makes the plan the truth on disk (``reset_shards``), so a rerun with fewer shards
-    does not leave the old ones for the gate and the publish to find.
+    does not leave the old ones for the gate and the publish to find (in the run store too:
+    ``artifacts.withdraw_shards``).
     """
-    shard_count = run_settings(paths).shard_count
-    with run_lock(paths):
-        reset_shards(paths, shard_count)
+    with synced(paths, "plan_shards"):
+        shard_count = run_settings(paths).shard_count
+        with run_lock(paths):
+            reset_shards(paths, shard_count)
+            withdraw_shards(paths, shard_count)
     return list(range(shard_count))
 
 
@@ -126,17 +135,19 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
     """
     from recs.traversal import traverse_shard as _traverse
 
-    settings = run_settings(paths)
-    check_shard(shard_id, settings.shard_count)
-    with shard_lock(paths, shard_id):
-        paths.shard_manifest(shard_id).unlink(missing_ok=True)
-        return _traverse(paths, settings, shard_id)
+    with synced(paths, "traverse_shard", shard_id) as sync:
+        settings = run_settings(paths)
+        check_shard(shard_id, settings.shard_count)
+        with shard_lock(paths, shard_id):
+            paths.shard_manifest(shard_id).unlink(missing_ok=True)
+            return _traverse(paths, settings, shard_id, graph_dir=sync.graph_dir)
 
 
 def gate_groups(paths: RunPaths, shard_ids: list[int]) -> list[list[int]]:
     """The groups of ``shard_ids`` one ``validate_shards`` task each checks
     (``shard_plan.gate_groups`` by the run's ``gate_shards_per_task``)."""
-    return shard_plan.gate_groups(shard_ids, run_settings(paths).gate_shards_per_task)
+    with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
+        return shard_plan.gate_groups(shard_ids, run_settings(paths).gate_shards_per_task)
 
 
 def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any]]:
@@ -146,13 +157,15 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     so it never reads a shard that ``traverse_shard`` is rewriting."""
     from recs.nightly.shard_gate import validate_shard as _validate
 
-    settings = run_settings(paths)
-    for shard_id in shard_ids:
-        check_shard(shard_id, settings.shard_count)
     results = []
-    for shard_id in shard_ids:
-        with shard_lock(paths, shard_id):
-            results.append(_validate(paths, settings, shard_id))
+    for position, shard_id in enumerate(shard_ids):
+        with synced(paths, "validate_shard", shard_id):  # the run store's, if there is one
+            settings = run_settings(paths)
+            if position == 0:  # every id of the group checked before any shard is
+                for planned in shard_ids:
+                    check_shard(planned, settings.shard_count)
+            with shard_lock(paths, shard_id):
+                results.append(_validate(paths, settings, shard_id))
     return results
 
 
@@ -163,7 +176,7 @@ def validate_run(paths: RunPaths) -> dict[str, Any]:
     ``NothingToValidateError``."""
     from recs.nightly.validation import validate_run as _validate
 
-    with run_lock(paths):
+    with run_lock(paths), synced(paths, "validate_run"):
         return _validate(paths, run_settings(paths))
 
 
@@ -171,7 +184,7 @@ def publish_run(paths: RunPaths) -> dict[str, Any]:
     """Write ``published/<run_id>/`` (failed shards carried over) and point ``CURRENT`` at it."""
     from recs.nightly.publish import publish_run as _publish
 
-    with run_lock(paths):
+    with run_lock(paths), synced(paths, "publish_run"):
         return _publish(paths, run_settings(paths))
 
 

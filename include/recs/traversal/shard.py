@@ -41,10 +41,11 @@ def hub_traversals(paths, graph, inputs) -> int:
     return int((graph.indptr[nodes + 1] - graph.indptr[nodes]).sum())
 
 
-def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
+def traverse_shard(paths, settings, shard_id: int, graph_dir: Path | None = None) -> dict[str, Any]:
     """Compute and write one shard's recommendations and manifest.
 
-    Reads ``paths.graph_dir`` (CSR, per-node activity, id map, all memory-mapped),
+    Reads ``graph_dir`` (default ``paths.graph_dir``; the machine's cached copy with a run
+    store: ``recs.nightly.graph_cache``: CSR, per-node activity, id map, all memory-mapped),
     ``snapshot/follow_edges/shard_id=NNN``, ``exports/eligible_users/shard_id=N`` and
     ``exports/follow_exclusions/shard_id=N``. Writes ``paths.shard_output(shard_id)`` (exactly
     ``RECOMMENDATION_SCHEMA``, sorted by user_id, rank; identical bytes on rerun; an empty,
@@ -55,10 +56,9 @@ def traverse_shard(paths, settings, shard_id: int) -> dict[str, Any]:
     """
     started = time.perf_counter()
     cpu_started = time.process_time()
-    graph = load_graph(paths.graph_dir)
-    check_built_for(
-        graph, settings, paths.as_of.astimezone(dt.UTC).replace(tzinfo=None), paths.graph_dir
-    )
+    graph_dir = Path(graph_dir or paths.graph_dir)
+    graph = load_graph(graph_dir)
+    check_built_for(graph, settings, paths.as_of.astimezone(dt.UTC).replace(tzinfo=None), graph_dir)
     inputs = shard_inputs(paths, settings, shard_id, graph)
     read_seconds = time.perf_counter() - started
     log.info(

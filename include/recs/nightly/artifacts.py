@@ -1,0 +1,554 @@
+"""Run artifacts on storage every worker can reach: the run store (``RECS_RUN_STORE_URL``).
+
+Every stage reads and writes its run's local folder ``<home>/runs/<date>/<run_id>/`` as it
+always has. With a run store set, each task first *pulls* the artifacts it reads from the store
+into that folder and, once it has succeeded, *pushes* what it wrote, so the tasks of one run may
+run on machines that share no disk (Celery or Kubernetes workers; ARCHITECTURE §6: "storage
+paths may be object-store URLs"). The store is a shared-volume path or any fsspec URL
+(``s3://bucket/prefix``, ``file:///mnt/runs``, ``memory://`` in tests). Unset (the default),
+nothing here runs: no copy, no import of fsspec, the same bytes as before.
+
+The store mirrors the run folder, ``<store>/runs/<date>/<run_id>/<the same relative paths>``,
+in *parts*, the outputs of one stage: ``snapshot`` (freeze_snapshot), ``models`` (build_models:
+``exports/`` and ``dbt/``), ``warehouse`` (its DuckDB file, read by dbt-docs only), ``dbt_docs``,
+``graph`` (build_graph), ``shard_id=NNN`` (traverse_shard), ``gate_shard_id=NNN``
+(validate_shard) and ``validation`` (validate_run, without the shards' results).
+
+The contract, atomic from a reader's point of view:
+
+- A part is trusted only through its marker ``.parts/<part>.json``, which ``push`` writes last:
+  every file's relative path, size, sha256 and mtime (ns), and the part's ``checksum`` (sha256
+  of the paths and digests). A stage withdraws the markers of what it writes when it starts
+  (``forget``), as its local code removes its own manifests first, and ``push`` removes the
+  marker before it uploads: a task or a push that dies half-way leaves no marker, so nothing a
+  later task trusts.
+- ``pull`` downloads the files of the marker a stage reads (``stage_inputs``) into a staging
+  folder, checks each one's size and sha256 against the marker (a file replaced by a rerun while
+  it was read fails with ``ArtifactNotFoundError``; the task's retry reads the new one), gives
+  it the writer's mtime (so the gate's input fingerprints agree across machines) and moves it
+  into place with ``os.replace``; local files of the pulled scope the marker does not list are
+  removed (a failed shard is failed here too). A local file with the marker's size and mtime is
+  taken as that file (the writer's own machine, or an earlier pull) and not downloaded again.
+- The capped CSR graph is not pulled into the run folder: ``graph_cache`` copies it once per
+  machine, keyed by run and checksum (``synced`` hands its folder to the traverse task).
+
+The run and shard ``flock``s stay local (``locks.py``): across machines, Airflow runs one
+instance of a task at a time. Retained snapshots (``<home>/snapshots/``) and published versions
+(``<home>/published/``) are not run artifacts and stay under ``home``.
+
+Sources: fsspec's ``url_to_fs``, ``put``, ``get``, ``pipe_file``, ``cat_file``, ``mv``, ``rm``
+(filesystem-spec.readthedocs.io, API reference); an object store replaces an object whole on
+PUT and reads its own writes (Amazon S3's strong read-after-write consistency), so the marker
+written last makes a part visible at once and never half.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from recs.config import get_settings
+from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
+from recs.files import read_json, sha256_file, staging_name
+from recs.nightly.runs import RunPaths
+
+log = logging.getLogger("recs.nightly.artifacts")
+
+MARKERS = ".parts"
+"""The folder of a run in the store that holds its parts' markers."""
+MARKER_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Part:
+    """The outputs of one stage: files under ``roots`` (relative to the run folder, folders or
+    files), minus those under ``exclude``; hidden names (``.*``: a killed attempt's staging
+    files, the locks) are never part of one."""
+
+    name: str
+    roots: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+
+    def covers(self, relative: str) -> bool:
+        inside = any(relative == root or relative.startswith(root + "/") for root in self.roots)
+        hidden = any(piece.startswith(".") for piece in relative.split("/"))
+        return inside and not hidden and not any(relative.startswith(e) for e in self.exclude)
+
+
+SNAPSHOT = Part("snapshot", ("snapshot",))
+MODELS = Part("models", ("exports", "dbt"), exclude=("dbt/docs/",))
+WAREHOUSE = Part("warehouse", ("warehouse.duckdb",))
+DBT_DOCS = Part("dbt_docs", ("dbt/docs",))
+GRAPH = Part("graph", ("graph",))
+VALIDATION = Part("validation", ("validation",), exclude=("validation/shards/",))
+SNAPSHOT_MANIFEST = ("snapshot/manifest.json",)
+
+
+def shard_part(shard_id: int) -> Part:
+    """``shards/shard_id=NNN/``: one shard's recommendations and manifest (traverse_shard)."""
+    return Part(f"shard_id={shard_id:03d}", (f"shards/shard_id={shard_id:03d}",))
+
+
+def gate_part(shard_id: int) -> Part:
+    """``validation/shards/shard_id=NNN/``: one shard's saved gate result (validate_shard)."""
+    return Part(f"gate_shard_id={shard_id:03d}", (f"validation/shards/shard_id={shard_id:03d}",))
+
+
+def _first_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text[:300]
+
+
+class RunStore:
+    """The run store at ``url`` (fsspec ``options``). Raises ``RunStoreError`` for a malformed
+    URL or a protocol whose fsspec package is not installed (one line, naming the setting)."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        from fsspec.core import split_protocol, url_to_fs
+
+        self.url = url
+        options = dict(options or {})
+        if split_protocol(url)[0] in (None, "file", "local"):
+            options.setdefault("auto_mkdir", True)  # a shared volume: make parent folders
+        try:
+            self.fs, root = url_to_fs(url, **options)
+        except (ValueError, ImportError, TypeError) as error:
+            raise RunStoreError(
+                f"unusable run store {url!r} (RECS_RUN_STORE_URL): {_first_line(error)}"
+            ) from None
+        self.root = root.rstrip("/")
+
+    def check(self) -> None:
+        """One round trip, so an unreachable store fails the task at once with one line."""
+        self._io("reach it", self.fs.exists, self.root)
+
+    def _io(self, what: str, func, *args, missing_ok: bool = False):
+        """``func(*args)``, its errors as one ``RunStoreError`` line (``FileNotFoundError``
+        passes through when ``missing_ok``: an absent marker or file the caller handles; else,
+        e.g. a bucket that does not exist, it is a store error too)."""
+        try:
+            return func(*args)
+        except RecsError:
+            raise
+        except FileNotFoundError:
+            if missing_ok:
+                raise
+            raise RunStoreError(
+                f"run store {self.url}: cannot {what}: not found (does the bucket or folder exist?)"
+            ) from None
+        except Exception as error:  # noqa: BLE001 - any backend's error becomes one line
+            raise RunStoreError(
+                f"run store {self.url}: cannot {what}: {type(error).__name__}: {_first_line(error)}"
+            ) from error
+
+    # --- where things are -----------------------------------------------------------------
+
+    def run_root(self, paths: RunPaths) -> str:
+        return f"{self.root}/runs/{paths.snapshot_date.isoformat()}/{paths.run_id}"
+
+    def remote(self, paths: RunPaths, relative: str) -> str:
+        return f"{self.run_root(paths)}/{relative}"
+
+    def _marker_path(self, paths: RunPaths, part: Part) -> str:
+        return self.remote(paths, f"{MARKERS}/{part.name}.json")
+
+    # --- markers ----------------------------------------------------------------------------
+
+    def marker(self, paths: RunPaths, part: Part) -> dict[str, Any] | None:
+        """The part's marker, or None when the part is not complete in the store."""
+        try:
+            raw = self._io(
+                f"read the marker of {part.name}",
+                self.fs.cat_file,
+                self._marker_path(paths, part),
+                missing_ok=True,
+            )
+        except FileNotFoundError:
+            return None
+        try:
+            document = json.loads(raw)
+            assert document["format"] == MARKER_FORMAT and isinstance(document["files"], dict)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            log.warning("run store %s: damaged marker of %s: not trusted", self.url, part.name)
+            return None
+        return document
+
+    def forget(self, paths: RunPaths, part: Part, *, files: bool = False) -> None:
+        """Withdraw the part (its marker; with ``files`` its files too)."""
+        targets = [self._marker_path(paths, part)]
+        if files:
+            targets += self._remote_files(paths, part)
+        existing = [t for t in targets if self._io("look up", self.fs.exists, t)]
+        if existing:
+            self._io(f"remove {part.name}", self.fs.rm, existing)
+
+    def _remote_files(self, paths: RunPaths, part: Part) -> list[str]:
+        prefix = self.run_root(paths) + "/"
+        found = []
+        for root in part.roots:
+            listed = self._io(f"list {part.name}", self.fs.find, self.remote(paths, root))
+            found += [p for p in listed if p.startswith(prefix)]
+        return sorted(p for p in found if part.covers(p[len(prefix) :]))
+
+    # --- push and pull ----------------------------------------------------------------------
+
+    def push(self, paths: RunPaths, part: Part) -> dict[str, Any]:
+        """Upload the part's local files (those unchanged since the last marker are kept),
+        remove the store's files of the part that are not local, then write the marker.
+        Returns ``{"part", "files", "uploaded", "bytes", "checksum"}``."""
+        local = local_files(paths.run_dir, part)
+        entries = {relative: file_entry(path) for relative, path in local.items()}
+        previous = (self.marker(paths, part) or {}).get("files", {})
+        self.forget(paths, part)  # from here until the marker is back, the part is not trusted
+        upload = [r for r, entry in entries.items() if not _same_content(previous.get(r), entry)]
+        if upload:
+            self._io(
+                f"upload {part.name}",
+                self.fs.put,
+                [str(local[r]) for r in upload],
+                [self.remote(paths, r) for r in upload],
+            )
+        prefix = len(self.run_root(paths)) + 1
+        stale = [p for p in self._remote_files(paths, part) if p[prefix:] not in entries]
+        if stale:
+            self._io(f"remove stale files of {part.name}", self.fs.rm, stale)
+        document = {
+            "format": MARKER_FORMAT,
+            "part": part.name,
+            "run_id": paths.run_id,
+            "snapshot_date": paths.snapshot_date.isoformat(),
+            "files": entries,
+            "checksum": content_checksum(entries),
+        }
+        marker = self._marker_path(paths, part)
+        staged = marker.rsplit("/", 1)[0] + "/" + staging_name(f"{part.name}.json", ".tmp")
+        body = json.dumps(document, indent=1, sort_keys=True).encode()
+        self._io(f"write the marker of {part.name}", self.fs.pipe_file, staged, body)
+        self._io(f"write the marker of {part.name}", self.fs.mv, staged, marker)
+        size = sum(entries[r]["size"] for r in upload)
+        log.info(
+            "run store %s: pushed %s of %s (%d files, %d uploaded, %d bytes)",
+            self.url,
+            part.name,
+            paths.run_id,
+            len(entries),
+            len(upload),
+            size,
+        )
+        return {
+            "part": part.name,
+            "files": len(entries),
+            "uploaded": len(upload),
+            "bytes": size,
+            "checksum": document["checksum"],
+        }
+
+    def pull(
+        self,
+        paths: RunPaths,
+        part: Part,
+        include: Iterable[str] | None = None,
+        *,
+        required: bool = True,
+    ) -> dict[str, Any]:
+        """Make the local files of ``part`` (of those matching the ``include`` globs, relative
+        to the run folder, if given) equal to its marker's (module docstring). A part without
+        marker raises ``ArtifactNotFoundError`` when ``required``, else its local files in
+        scope are removed (a shard that failed). Returns ``{"part", "present", "files",
+        "downloaded"}``."""
+        patterns = tuple(include) if include is not None else None
+
+        def in_scope(relative: str) -> bool:
+            return part.covers(relative) and (
+                patterns is None or any(fnmatch.fnmatchcase(relative, p) for p in patterns)
+            )
+
+        document = self.marker(paths, part)
+        if document is None and required:
+            raise ArtifactNotFoundError(
+                f"run {paths.run_id} of {paths.snapshot_date} has no complete {part.name} in the "
+                f"run store {self.url}: the stage writing it has not succeeded there"
+            )
+        wanted = {r: e for r, e in (document or {}).get("files", {}).items() if in_scope(r)}
+        missing = {r: e for r, e in wanted.items() if not same_file(paths.run_dir / r, e)}
+        if missing:
+            staging = paths.run_dir / staging_name("pull", ".partial")
+            try:
+                self.fetch(paths, missing, staging)
+                for relative in missing:
+                    target = paths.run_dir / relative
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staging / relative, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        for relative, path in local_files(paths.run_dir, part).items():
+            if in_scope(relative) and relative not in wanted:
+                path.unlink(missing_ok=True)
+        return {
+            "part": part.name,
+            "present": document is not None,
+            "files": len(wanted),
+            "downloaded": len(missing),
+        }
+
+    def fetch(self, paths: RunPaths, entries: dict[str, dict], folder: Path) -> None:
+        """Download the files ``entries`` names (marker entries by relative path) to
+        ``folder/<relative path>``, each checked against its size and sha256 and given its
+        recorded mtime. Raises ``ArtifactNotFoundError`` for a file missing or changed."""
+        names = sorted(entries)
+        targets = [folder / relative for relative in names]
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._io(
+                "download",
+                self.fs.get,
+                [self.remote(paths, r) for r in names],
+                [str(t) for t in targets],
+                missing_ok=True,
+            )
+        except FileNotFoundError as error:
+            raise ArtifactNotFoundError(
+                f"run store {self.url}: a file of run {paths.run_id} went missing while it was "
+                f"read ({_first_line(error)}): retry"
+            ) from None
+        for relative, target in zip(names, targets, strict=True):
+            entry = entries[relative]
+            if not target.is_file() or file_entry(target, mtime=False) != {
+                "size": entry["size"],
+                "sha256": entry["sha256"],
+            }:
+                raise ArtifactNotFoundError(
+                    f"run store {self.url}: {self.remote(paths, relative)} is not the file its "
+                    "marker names (rewritten while it was read?): retry"
+                )
+            os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
+
+
+def local_files(run_dir: Path, part: Part) -> dict[str, Path]:
+    """The part's files in the local run folder, by relative path (posix), sorted."""
+    found: dict[str, Path] = {}
+    for root in part.roots:
+        start = Path(run_dir) / root
+        candidates = [start] if start.is_file() else sorted(start.rglob("*"))
+        for path in candidates:
+            relative = path.relative_to(run_dir).as_posix()
+            if path.is_file() and part.covers(relative):
+                found[relative] = path
+    return dict(sorted(found.items()))
+
+
+def file_entry(path: Path, *, mtime: bool = True) -> dict[str, Any]:
+    """A marker's entry of one file: ``{"size", "sha256"[, "mtime_ns"]}``."""
+    found = Path(path).stat()
+    entry: dict[str, Any] = {"size": found.st_size, "sha256": sha256_file(path)}
+    if mtime:
+        entry["mtime_ns"] = found.st_mtime_ns
+    return entry
+
+
+def same_file(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether the local ``path`` is the file of the marker ``entry``: same size and mtime (ns;
+    every writer replaces its files whole, and a pull gives them the writer's mtime)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return False
+    return found.st_size == entry["size"] and found.st_mtime_ns == entry["mtime_ns"]
+
+
+def _same_content(old: dict | None, new: dict) -> bool:
+    return bool(old) and old["size"] == new["size"] and old["sha256"] == new["sha256"]
+
+
+def content_checksum(entries: dict[str, dict]) -> str:
+    """sha256 (hex) of a part's content: its relative paths and their sha256, sorted."""
+    listing = json.dumps(sorted((r, e["sha256"]) for r, e in entries.items()))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+@lru_cache(maxsize=4)
+def _open(url: str, options_json: str) -> RunStore:
+    store = RunStore(url, json.loads(options_json))
+    store.check()
+    return store
+
+
+def run_store() -> RunStore | None:
+    """The process's run store (``Settings.run_store_url`` and ``run_store_options``), or None
+    when none is set. Raises ``RunStoreError`` (malformed or unreachable)."""
+    settings = get_settings()
+    if not settings.run_store_url:
+        return None
+    return _open(settings.run_store_url, json.dumps(settings.run_store_options, sort_keys=True))
+
+
+def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:
+    """``RunPaths.find``, first pulling the run's snapshot manifest from the run store when one
+    is set, a run id is given and the store holds that run (a machine that has not seen it yet:
+    ``recs shard run``, ``recs validate``, ``recs publish``). Raises as ``RunPaths.find``."""
+    store = run_store()
+    if store is not None and run_id is not None:
+        paths = RunPaths.create(home, snapshot_date, run_id)
+        if store.marker(paths, SNAPSHOT) is not None:
+            store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
+    return RunPaths.find(home, snapshot_date, run_id)
+
+
+# --- what each stage reads and writes ----------------------------------------------------------
+
+Inputs = list[tuple[Part, tuple[str, ...] | None, bool]]
+
+
+def stage_inputs(stage: str, shard_id: int | None, shard_count: int) -> Inputs:
+    """What ``stage`` reads, as ``(part, include globs or None for all, required)``; the
+    snapshot manifest (every stage's settings) is pulled before these."""
+    every_shard = range(shard_count)
+    if stage == "build_models":
+        return [(SNAPSHOT, None, True)]
+    if stage == "dbt_docs":
+        return [(MODELS, None, True), (WAREHOUSE, None, True)]
+    if stage == "build_graph":
+        return [
+            (SNAPSHOT, ("snapshot/users.parquet", "snapshot/follow_edges/*"), True),
+            (MODELS, ("exports/candidate_profiles.parquet", "exports/hub_accounts.parquet"), True),
+        ]
+    if stage == "traverse_shard":
+        return [
+            (SNAPSHOT, (f"snapshot/follow_edges/shard_id={shard_id:03d}/*",), True),
+            (
+                MODELS,
+                (
+                    f"exports/eligible_users/shard_id={shard_id}/*",
+                    f"exports/follow_exclusions/shard_id={shard_id}/*",
+                    "exports/hub_accounts.parquet",
+                ),
+                True,
+            ),
+        ]
+    if stage == "validate_shard":
+        return [
+            (SNAPSHOT, (f"snapshot/follow_edges/shard_id={shard_id:03d}/*",), True),
+            (
+                MODELS,
+                (
+                    "exports/eligible_users/*",
+                    f"exports/follow_exclusions/shard_id={shard_id}/*",
+                    "exports/candidate_profiles.parquet",
+                ),
+                True,
+            ),
+            (shard_part(shard_id), None, False),
+        ]
+    if stage == "validate_run":  # it validates again any shard whose saved result is stale
+        return [
+            (SNAPSHOT, ("snapshot/follow_edges/*",), True),
+            (MODELS, ("exports/*",), True),
+            (GRAPH, ("graph/meta.json",), True),
+            *((shard_part(i), None, False) for i in every_shard),
+            *((gate_part(i), None, False) for i in every_shard),
+        ]
+    if stage == "publish_run":
+        return [
+            (MODELS, ("exports/*",), True),
+            (VALIDATION, None, True),
+            *((shard_part(i), None, False) for i in every_shard),
+        ]
+    return []
+
+
+def stage_outputs(stage: str, shard_id: int | None) -> tuple[list[Part], list[Part]]:
+    """``(parts the stage pushes when it succeeds, parts it withdraws when it starts)``."""
+    writes = {
+        "freeze_snapshot": [SNAPSHOT],
+        "build_models": [MODELS, WAREHOUSE],
+        "dbt_docs": [DBT_DOCS],
+        "build_graph": [GRAPH],
+        "traverse_shard": [shard_part(shard_id)] if shard_id is not None else [],
+        "validate_shard": [gate_part(shard_id)] if shard_id is not None else [],
+        "validate_run": [VALIDATION],
+    }.get(stage, [])
+    withdraws = [*writes, DBT_DOCS] if stage == "build_models" else list(writes)
+    return writes, withdraws
+
+
+PUSHED_ON_FAILURE = frozenset({"validate_run"})
+"""Stages whose outputs are pushed also when they raise: the gate's ``summary.json`` is
+rewritten on every outcome, so a publish elsewhere never finds an older pass."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What ``synced`` hands the stage: the local folder of the run's graph (the machine's
+    cached copy) for ``traverse_shard`` with a run store, else None (``paths.graph_dir``)."""
+
+    graph_dir: Path | None = None
+
+
+@contextmanager
+def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator[Synced]:
+    """Run ``stage``'s body between a pull of what it reads and a push of what it writes
+    (module docstring); without a run store, a no-op. Raises ``RunStoreError`` and
+    ``ArtifactNotFoundError`` (an input the store does not hold complete)."""
+    store = run_store()
+    if store is None:
+        yield Synced()
+        return
+    writes, withdraws = stage_outputs(stage, shard_id)
+    for part in withdraws:
+        store.forget(paths, part)
+    graph_dir = None
+    if stage != "freeze_snapshot":
+        store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
+        shard_count = int(read_json(paths.snapshot_manifest)["settings"]["shard_count"])
+        for part, include, required in stage_inputs(stage, shard_id, shard_count):
+            store.pull(paths, part, include, required=required)
+        if stage == "traverse_shard":
+            from recs.nightly.graph_cache import local_graph
+
+            graph_dir = local_graph(store, paths).graph_dir
+    try:
+        yield Synced(graph_dir)
+    except BaseException:
+        if stage in PUSHED_ON_FAILURE:
+            for part in writes:
+                try:
+                    store.push(paths, part)
+                except Exception as error:  # noqa: BLE001 - the stage's own error is the one
+                    log.warning("run store: could not push %s: %s", part.name, error)
+        raise
+    for part in writes:
+        store.push(paths, part)
+
+
+def withdraw_shards(paths: RunPaths, shard_count: int) -> None:
+    """What ``plan_shards`` does to the store (``pipeline.reset_shards`` locally): the markers
+    of the planned shards are withdrawn (a shard counts once this plan's traversal pushed it)
+    and shards beyond the plan removed whole. No-op without a run store."""
+    store = run_store()
+    if store is None:
+        return
+    for shard_id in range(shard_count):
+        store.forget(paths, shard_part(shard_id))
+    found = set()
+    for folder in ("shards", MARKERS):
+        for path in store._io("list the shards", store.fs.find, store.remote(paths, folder)):
+            match = _SHARD_NAME.search(path)
+            if match and int(match.group(1)) >= shard_count:
+                found.add(int(match.group(1)))
+    for shard_id in sorted(found):
+        store.forget(paths, shard_part(shard_id), files=True)
+
+
+_SHARD_NAME = re.compile(r"/(?:shards/)?shard_id=(\d+)(?:/|\.json$)")

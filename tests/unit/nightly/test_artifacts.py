@@ -1,0 +1,324 @@
+"""The run store (``recs.nightly.artifacts``) and the machine's graph copy (``graph_cache``) on
+fsspec's in-memory filesystem and on a local folder URL, with hand-made run folders.
+
+Each test makes its run folders by hand: a few files per part, bytes chosen to differ, so a file
+in the wrong place or from the wrong attempt shows. Two homes stand for two machines that share
+nothing but the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from recs import cli
+from recs.config import get_settings
+from recs.errors import ArtifactNotFoundError, RunStoreError
+from recs.nightly import artifacts
+from recs.nightly.artifacts import GRAPH, MODELS, SNAPSHOT, RunStore, shard_part
+from recs.nightly.graph_cache import local_graph
+from recs.nightly.runs import RunPaths
+
+DATE = "2026-11-01"
+RUN_ID = "r1"
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request, tmp_path) -> RunStore:
+    """An empty run store: a fresh root on fsspec's memory filesystem, or a file:// folder."""
+    if request.param == "memory":
+        root = f"memory://runstore-{uuid.uuid4().hex[:12]}/prefix"
+    else:
+        root = (tmp_path / "shared volume").as_uri()
+    made = RunStore(root)
+    yield made
+    if request.param == "memory" and made.fs.exists(made.root):
+        made.fs.rm(made.root, recursive=True)
+
+
+def machine(tmp_path: Path, name: str) -> RunPaths:
+    return RunPaths.create(tmp_path / name, DATE, RUN_ID)
+
+
+def write(paths: RunPaths, files: dict[str, bytes]) -> None:
+    for relative, body in files.items():
+        target = paths.run_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(body)
+
+
+def tree(paths: RunPaths, under: str = "") -> dict[str, bytes]:
+    root = paths.run_dir / under
+    return {
+        p.relative_to(paths.run_dir).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(x.startswith(".") for x in p.relative_to(paths.run_dir).parts)
+    }
+
+
+SNAPSHOT_FILES = {
+    "snapshot/manifest.json": json.dumps({"settings": {"shard_count": 2}}).encode(),
+    "snapshot/users.parquet": b"users" * 100,
+    "snapshot/follow_edges/shard_id=000/part-0.parquet": b"edges of shard 0",
+    "snapshot/follow_edges/shard_id=001/part-0.parquet": b"edges of shard 1",
+}
+
+
+def test_push_then_pull_on_another_machine_gives_the_same_files_and_mtimes(store, tmp_path):
+    """Machine a pushes its snapshot (plus a hidden staging leftover, which is not part of it);
+    machine b pulls it whole: the same bytes and modification times, nothing hidden. A second
+    pull downloads nothing. A pull of one shard's partition brings only that file."""
+    a, b, c = machine(tmp_path, "a"), machine(tmp_path, "b"), machine(tmp_path, "c")
+    write(a, {**SNAPSHOT_FILES, "snapshot/.users.parquet.123-abcd.tmp": b"killed attempt"})
+    pushed = store.push(a, SNAPSHOT)
+    assert pushed["files"] == pushed["uploaded"] == 4
+
+    assert store.pull(b, SNAPSHOT)["downloaded"] == 4
+    assert tree(b) == SNAPSHOT_FILES
+    for relative in SNAPSHOT_FILES:
+        mtimes = [(m.run_dir / relative).stat().st_mtime_ns for m in (a, b)]
+        assert mtimes[0] == mtimes[1]
+    assert store.pull(b, SNAPSHOT)["downloaded"] == 0
+
+    shard_1 = "snapshot/follow_edges/shard_id=001/*"
+    one = store.pull(c, SNAPSHOT, ("snapshot/manifest.json", shard_1))
+    assert one["downloaded"] == 2
+    assert set(tree(c)) == {
+        "snapshot/manifest.json",
+        "snapshot/follow_edges/shard_id=001/part-0.parquet",
+    }
+
+
+def test_a_push_that_dies_half_way_is_not_trusted(store, tmp_path, monkeypatch):
+    """A complete push of the models, then a rerun whose upload raises after its first file:
+    the marker was withdrawn before the upload, so a pull elsewhere refuses the part instead of
+    mixing the two attempts' files; the next complete push is trusted again."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    hubs, popularity = "exports/hub_accounts.parquet", "exports/popularity_index.parquet"
+    write(a, {hubs: b"v1 hubs", popularity: b"v1 popularity"})
+    store.push(a, MODELS)
+    write(a, {hubs: b"v2 hubs!", popularity: b"v2 popularity!"})
+
+    real_put = store.fs.put
+
+    def dies_after_one_file(lpaths, rpaths, **kwargs):
+        real_put(lpaths[:1], rpaths[:1], **kwargs)
+        raise KeyboardInterrupt("worker killed mid-upload")
+
+    monkeypatch.setattr(store.fs, "put", dies_after_one_file)
+    with pytest.raises(KeyboardInterrupt):
+        store.push(a, MODELS)
+    monkeypatch.setattr(store.fs, "put", real_put)
+    with pytest.raises(ArtifactNotFoundError, match="no complete models"):
+        store.pull(b, MODELS)
+    assert tree(b) == {}
+
+    store.push(a, MODELS)
+    store.pull(b, MODELS)
+    assert tree(b) == tree(a)
+
+
+def test_a_file_rewritten_after_its_marker_fails_the_pull(store, tmp_path):
+    """The marker names each file's sha256: a file replaced behind it (a rerun writing while
+    another machine reads) is refused, never handed to the stage."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    write(a, SNAPSHOT_FILES)
+    store.push(a, SNAPSHOT)
+    store.fs.pipe_file(store.remote(a, "snapshot/users.parquet"), b"USERS" * 100)
+    with pytest.raises(ArtifactNotFoundError, match="not the file its marker names"):
+        store.pull(b, SNAPSHOT)
+    assert not (b.run_dir / "snapshot" / "users.parquet").exists()
+
+
+def test_pull_removes_what_the_store_does_not_hold(store, tmp_path):
+    """Machine b has a shard folder from an earlier attempt; the store's shard 1 has no marker
+    (failed tonight): an optional pull removes b's copy, so the gate sees the shard failed. A
+    stale file of a pulled part is removed too, and a push removes the store's stale files."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    write(b, {"shards/shard_id=001/manifest.json": b"{}", "shards/shard_id=001/x.parquet": b"x"})
+    assert store.pull(b, shard_part(1), required=False)["present"] is False
+    assert tree(b) == {}
+
+    write(a, {"graph/meta.json": b"{}", "graph/indices.npy": b"1234", "graph/old.npy": b"old"})
+    store.push(a, GRAPH)
+    (a.run_dir / "graph" / "old.npy").unlink()
+    store.push(a, GRAPH)
+    assert not store.fs.exists(store.remote(a, "graph/old.npy"))
+    write(b, {"graph/old.npy": b"old"})
+    store.pull(b, GRAPH)
+    assert tree(b) == {"graph/indices.npy": b"1234", "graph/meta.json": b"{}"}
+
+
+def test_withdraw_shards_keeps_only_this_plan(store, tmp_path, monkeypatch):
+    """A rerun planned with 2 shards instead of 4: the store's shards 2 and 3 are removed and
+    the markers of shards 0 and 1 withdrawn (their files stay until the traversal replaces
+    them); a pull then finds no shard computed."""
+    a = machine(tmp_path, "a")
+    for shard_id in range(4):
+        write(a, {f"shards/shard_id={shard_id:03d}/manifest.json": b"{}"})
+        store.push(a, shard_part(shard_id))
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    artifacts.withdraw_shards(a, 2)
+    assert all(store.marker(a, shard_part(i)) is None for i in range(4))
+    assert store.fs.exists(store.remote(a, "shards/shard_id=001/manifest.json"))
+    assert not store.fs.exists(store.remote(a, "shards/shard_id=002/manifest.json"))
+    assert store.fs.find(store.remote(a, "shards/shard_id=003")) == []
+
+
+def graph_files(version: bytes) -> dict[str, bytes]:
+    return {"graph/meta.json": b'{"v": 1}', "graph/indices.npy": version * 1000}
+
+
+def test_the_graph_is_copied_once_per_machine_and_again_when_it_changes(
+    store, tmp_path, monkeypatch
+):
+    """Four shard tasks of one machine ask for the graph at once (threads, each with its own
+    lock descriptor, as processes would be): one downloads it, the others wait and reuse that
+    copy; a task on another machine downloads its own. After build_graph is rerun with other
+    bytes, the checksum in the marker changes and the next task downloads the new graph; the old
+    copy is removed."""
+    builder = machine(tmp_path, "builder")
+    write(builder, graph_files(b"A"))
+    store.push(builder, GRAPH)
+    gets = []
+    real_get = store.fs.get
+
+    def slow_get(*args, **kwargs):  # long enough for the other three to arrive meanwhile
+        gets.append(args)
+        time.sleep(0.5)
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(store.fs, "get", slow_get)
+
+    cache = tmp_path / "worker-1" / "cache"
+    results, errors = [], []
+    start = threading.Barrier(4)
+
+    def task():
+        try:
+            start.wait()
+            results.append(local_graph(store, machine(tmp_path, "worker-1"), cache))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=task) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(r.downloaded for r in results) == [False, False, False, True]
+    assert len({r.graph_dir for r in results}) == 1 and len(gets) == 1
+    first = results[0]
+    assert (first.graph_dir / "indices.npy").read_bytes() == b"A" * 1000
+
+    other = local_graph(store, machine(tmp_path, "worker-2"), tmp_path / "worker-2" / "cache")
+    assert other.downloaded and other.checksum == first.checksum and len(gets) == 2
+
+    write(builder, graph_files(b"B"))
+    store.push(builder, GRAPH)
+    again = local_graph(store, machine(tmp_path, "worker-1"), cache)
+    assert again.downloaded and again.checksum != first.checksum
+    assert (again.graph_dir / "indices.npy").read_bytes() == b"B" * 1000
+    assert not first.graph_dir.exists()
+    assert local_graph(store, machine(tmp_path, "worker-1"), cache).downloaded is False
+
+
+def test_no_graph_in_the_store_is_one_clear_error(store, tmp_path):
+    with pytest.raises(ArtifactNotFoundError, match="build_graph has not succeeded"):
+        local_graph(store, machine(tmp_path, "w"), tmp_path / "cache")
+
+
+def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
+    """``recs run`` with a run store of an unknown protocol, or one whose package is missing:
+    exit 2 and one line naming the setting, before anything is read from the live store."""
+    with pytest.raises(RunStoreError, match="RECS_RUN_STORE_URL"):
+        RunStore("nosuchprotocol://bucket/x")
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    for url in ("nosuchprotocol://bucket/x", "gs://bucket/runs"):
+        monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+        try:
+            code = cli.main(["run", "--snapshot-date", DATE])
+        finally:
+            get_settings.cache_clear()
+            artifacts._open.cache_clear()
+        lines = capsys.readouterr().err.splitlines()
+        errors = [line for line in lines if line.startswith("recs: error: ")]
+        assert code == 2 and len(errors) == 1, lines
+        assert "unusable run store" in errors[0] and "Traceback" not in "\n".join(lines)
+    monkeypatch.setenv("RECS_RUN_STORE_URL", "memory://runs")
+    monkeypatch.setenv("RECS_RUN_STORE_OPTIONS", '{"endpoint_url": ')
+    get_settings.cache_clear()
+    code = cli.main(["run", "--snapshot-date", DATE])
+    get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("recs: error: invalid setting run_store_options: "), err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "home" / "live.db").exists()
+
+
+def test_no_run_store_means_no_copies(tmp_path, monkeypatch):
+    """The default: ``synced`` yields no graph folder and touches nothing."""
+    monkeypatch.delenv("RECS_RUN_STORE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        paths = machine(tmp_path, "a")
+        with artifacts.synced(paths, "traverse_shard", 0) as sync:
+            assert sync.graph_dir is None
+        assert not paths.run_dir.exists() and not os.listdir(tmp_path)
+    finally:
+        get_settings.cache_clear()
+
+
+def test_find_run_brings_the_manifest_of_a_run_this_machine_has_not_seen(
+    store, tmp_path, monkeypatch
+):
+    """``recs shard run --run-id R`` on a fresh machine: the run's snapshot manifest comes from
+    the store (nothing else), so the command finds the run; a run the store does not hold is
+    the usual one-line ``RunNotFoundError``."""
+    from recs.errors import RunNotFoundError
+
+    a = machine(tmp_path, "a")
+    write(a, SNAPSHOT_FILES)
+    store.push(a, SNAPSHOT)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    found = artifacts.find_run(tmp_path / "b", DATE, RUN_ID)
+    assert found.home == tmp_path / "b" and set(tree(found)) == {"snapshot/manifest.json"}
+    with pytest.raises(RunNotFoundError, match="no run other"):
+        artifacts.find_run(tmp_path / "b", DATE, "other")
+
+
+def test_a_machine_keeps_one_runs_graph_and_spares_a_run_being_downloaded(store, tmp_path):
+    """One machine, four runs in turn: r1's copy goes when r2's arrives; when r3's arrives, r2's
+    stays, because another task holds r2's lock (it is downloading it); it goes with r4's."""
+    import fcntl
+
+    cache = tmp_path / "worker" / "cache"
+    runs = {}
+    for run_id in ("r1", "r2", "r3", "r4"):
+        builder = RunPaths.create(tmp_path / "builder", DATE, run_id)
+        write(builder, graph_files(run_id.encode()))
+        store.push(builder, GRAPH)
+        runs[run_id] = RunPaths.create(tmp_path / "worker", DATE, run_id)
+    local_graph(store, runs["r1"], cache)
+    local_graph(store, runs["r2"], cache)
+    assert not (cache / DATE / "r1").exists()
+
+    held = os.open(cache / DATE / "r2" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        local_graph(store, runs["r3"], cache)
+        assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r2", "r3"]
+    finally:
+        os.close(held)
+    kept = local_graph(store, runs["r4"], cache)
+    assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r4"]
+    assert (kept.graph_dir / "indices.npy").read_bytes() == b"r4" * 1000
