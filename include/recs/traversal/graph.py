@@ -10,6 +10,8 @@ they share it through the page cache and keep no private O(n_nodes) state::
     indices.npy    int32[n_edges]      dense followee ids, each row in sample order
     activity.npy   float64[n_nodes]    ``ranking.activity_term`` per account; NaN if it is not
                                        recommendable (``predicates.recommendable_profiles``)
+    recommendable.npy  uint8[ceil(n_nodes / 8)]  the same "not NaN" as one bit per account
+                                       (``predicates.recommendable_bits``)
     account_active.npy  bool[n_nodes]  the account's status is ``active`` (only those are first
                                        hops: ``inputs.shard_inputs``)
     path_weight.npy  float64[n_nodes]  weight of a mutual path through the account
@@ -55,18 +57,20 @@ from recs.traversal.hop_order import (
 )
 from recs.traversal.ids import DenseIndex
 from recs.traversal.inputs import partition_files
-from recs.traversal.predicates import recommendable_profiles
+from recs.traversal.predicates import recommendable_bits, recommendable_profiles
 from recs.traversal.ranking import activity_term, path_weights
 
 log = logging.getLogger("recs.graph")
 
 GRAPH_FILES = (
-    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "account_active.npy",
+    "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "recommendable.npy",
+    "account_active.npy",
     "path_weight.npy", "in_degree.npy", "reciprocal_pairs.npy", "id_index.npy", "meta.json",
 )
 #: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy; 4: path_weight.npy,
-#: in_degree.npy, reciprocal_pairs.npy and the hop2 order (older graphs: rebuild).
-GRAPH_FORMAT_VERSION = 4
+#: in_degree.npy, reciprocal_pairs.npy and the hop2 order; 5: recommendable.npy (older graphs:
+#: rebuild).
+GRAPH_FORMAT_VERSION = 5
 
 
 class StaleGraphError(RecsError):
@@ -431,6 +435,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
     _save_npy(graph_dir / "user_ids.npy", user_ids.astype(np.int64))
     _save_npy(graph_dir / "indptr.npy", indptr)
     _save_npy(graph_dir / "activity.npy", activity)
+    _save_npy(graph_dir / "recommendable.npy", recommendable_bits(activity))
     active_accounts = account_active(users_path, index, n_nodes)
     _save_npy(graph_dir / "account_active.npy", active_accounts)
     _save_npy(graph_dir / "path_weight.npy", weights)
@@ -477,7 +482,8 @@ class CappedGraph:
     """A memory-mapped, read-only capped CSR graph (see the module docstring for the arrays).
 
     ``user_ids`` int64[n_nodes], ``indptr`` int64[n_nodes + 1], ``indices`` int32[n_edges],
-    ``activity`` float64[n_nodes], ``account_active`` bool[n_nodes], ``path_weight``
+    ``activity`` float64[n_nodes], ``recommendable`` uint8 bits, ``account_active``
+    bool[n_nodes], ``path_weight``
     float64[n_nodes], ``in_degree`` int32[n_nodes], ``reciprocal_pairs`` uint64 and the arrays
     behind ``index`` (the id map): all
     ``np.memmap`` opened read-only, shared through the page cache, never copied.
@@ -493,6 +499,7 @@ class CappedGraph:
     path_weight: np.ndarray | None = None
     in_degree: np.ndarray | None = None
     reciprocal_pairs: np.ndarray | None = None
+    recommendable: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -539,7 +546,7 @@ def load_graph(graph_dir: Path) -> CappedGraph:
     activity, id_array = mapped("activity.npy"), mapped("id_index.npy")
     active_accounts = mapped("account_active.npy")
     weights, in_degree = mapped("path_weight.npy"), mapped("in_degree.npy")
-    reciprocal_codes = mapped("reciprocal_pairs.npy")
+    reciprocal_codes, bits = mapped("reciprocal_pairs.npy"), mapped("recommendable.npy")
     problems = []
     if user_ids.dtype != np.int64 or len(user_ids) != meta["n_nodes"]:
         problems.append(f"user_ids {user_ids.dtype}[{len(user_ids)}]")
@@ -555,6 +562,8 @@ def load_graph(graph_dir: Path) -> CappedGraph:
         problems.append(f"path_weight {weights.dtype}[{len(weights)}]")
     if in_degree.dtype != np.int32 or len(in_degree) != meta["n_nodes"]:
         problems.append(f"in_degree {in_degree.dtype}[{len(in_degree)}]")
+    if bits.dtype != np.uint8 or len(bits) != (meta["n_nodes"] + 7) // 8:
+        problems.append(f"recommendable {bits.dtype}[{len(bits)}]")
     if reciprocal_codes.dtype != np.uint64:
         problems.append(f"reciprocal_pairs {reciprocal_codes.dtype}")
     if problems:
@@ -563,7 +572,7 @@ def load_graph(graph_dir: Path) -> CappedGraph:
     return CappedGraph(
         user_ids=user_ids, indptr=indptr, indices=indices, activity=activity,
         account_active=active_accounts, index=index, meta=meta, path_weight=weights,
-        in_degree=in_degree, reciprocal_pairs=reciprocal_codes,
+        in_degree=in_degree, reciprocal_pairs=reciprocal_codes, recommendable=bits,
     )
 
 

@@ -10,7 +10,8 @@ compiled per-user counter for all of it: ``README.md`` here.
 
 Contract: ``ShardInputs`` (``inputs``) and a ``CappedGraph`` (``graph``: ``indptr`` int64,
 ``indices`` int32, ``activity`` float64, NaN = not recommendable, ``path_weight`` float64,
-``in_degree`` int32) in; ``KernelResult`` out,
+``in_degree`` int32, ``recommendable`` uint8: ``predicates.recommendable_bits`` of
+``activity``) in; ``KernelResult`` out,
 rows in (user position, rank) order, with ``STAGE_COUNTS``: per-stage counts summed over users.
 Memory: scratch bounded by the shard's largest user (``scratch``), output ``top_k`` rows per
 user reserved; nothing O(n_nodes) is allocated.
@@ -105,6 +106,7 @@ class Adjacency(NamedTuple):
     activity: np.ndarray
     path_weight: np.ndarray
     in_degree: np.ndarray
+    recommendable: np.ndarray
 
 
 @compiled
@@ -125,7 +127,7 @@ def _recommend(
             n_touched,
         )
         n_multi, n_single, n_candidates, max_count = prefilter(
-            n_touched, graph.activity, params.min_mutual_count, scratch, counts
+            n_touched, graph.recommendable, params.min_mutual_count, scratch, counts
         )
         scored_multi, scored_single = cut_to_max_candidates(
             n_multi, n_single, max_count, params.max_candidates_to_score, scratch
@@ -179,7 +181,7 @@ def recommend_users(
     """Run the compiled flow over every user of ``inputs``, chunk by chunk.
 
     ``graph``: a ``CappedGraph`` (or anything with its ``indptr``, ``indices``, ``activity``,
-    ``path_weight``, ``in_degree`` and optionally ``meta``).
+    ``path_weight``, ``in_degree``, ``recommendable`` and optionally ``meta``).
     Scratch is sized by the shard's largest ``scratch.user_bound``, the output by
     ``top_k`` rows per user (only the rows written are touched). Logs progress per chunk on
     ``recs.traversal``.
@@ -193,7 +195,8 @@ def recommend_users(
         top_k=params.top_k, followed_by_count=fb,
     )
     adjacency = Adjacency(
-        graph.indptr, graph.indices, graph.activity, graph.path_weight, graph.in_degree
+        graph.indptr, graph.indices, graph.activity, graph.path_weight, graph.in_degree,
+        graph.recommendable,
     )
     out = OutputRows.allocate(n_users * params.top_k, fb)
     totals = np.zeros(len(STAGE_COUNTS), dtype=np.int64)

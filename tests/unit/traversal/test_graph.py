@@ -105,6 +105,8 @@ def test_activity_is_the_candidate_signal_per_node(tmp_path):
     assert graph.meta["as_of"] == "2026-11-02T00:00:00"
     assert graph.meta["half_life_days"] == 14.0
     assert graph.meta["recommendable_nodes"] == 3
+    # the same as one bit per node: dense 0, 1 and 3 (users 1, 2 and 4)
+    assert graph.recommendable.tolist() == [0b01011]
 
 
 def test_sparse_ids_persist_a_hash_index(tmp_path):
@@ -140,7 +142,8 @@ def test_rebuild_writes_identical_bytes(tmp_path):
     assert first == second
     assert sorted(first) == [
         "account_active.npy", "activity.npy", "id_index.npy", "in_degree.npy", "indices.npy",
-        "indptr.npy", "meta.json", "path_weight.npy", "reciprocal_pairs.npy", "user_ids.npy",
+        "indptr.npy", "meta.json", "path_weight.npy", "reciprocal_pairs.npy",
+        "recommendable.npy", "user_ids.npy",
     ]
 
 
@@ -170,6 +173,10 @@ def test_load_graph_errors(tmp_path):
     meta = read_json(paths.graph_dir / "meta.json")
     write_json(paths.graph_dir / "meta.json", {**meta, "n_edges": meta["n_edges"] + 1})
     with pytest.raises(SchemaMismatchError, match="indices"):
+        load_graph(paths.graph_dir)
+    write_json(paths.graph_dir / "meta.json", meta)
+    np.save(paths.graph_dir / "recommendable.npy", np.zeros(2, dtype=np.uint8))  # 5 nodes: 1
+    with pytest.raises(SchemaMismatchError, match="recommendable uint8"):
         load_graph(paths.graph_dir)
 
 

@@ -30,7 +30,8 @@ inputs = ShardInputs(
 )
 graph = SimpleNamespace(indptr=np.array([0, 2, 4, 4, 4]),
                         indices=np.array([2, 3, 2, 3], np.int32), activity=np.ones(4),
-                        path_weight=np.ones(4), in_degree=np.zeros(4, np.int32))
+                        path_weight=np.ones(4), in_degree=np.zeros(4, np.int32),
+                        recommendable=np.array([15], np.uint8))
 settings = Settings(ranking="blend", mutual_weight=0.7, popularity_weight=0.0)
 print(recommend_users(inputs, graph, settings).rows.score.tolist())
 """

@@ -38,6 +38,7 @@ def test_kernel_memory_does_not_grow_with_the_graph():
     from recs.config import Settings
     from recs.traversal.inputs import ShardInputs
     from recs.traversal.kernel import recommend_users
+    from recs.traversal.predicates import recommendable_bits
 
     inputs = ShardInputs(
         user_ids=np.array([100]), user_dense=np.array([-1], np.int32),
@@ -53,6 +54,7 @@ def test_kernel_memory_does_not_grow_with_the_graph():
             indptr=indptr, indices=np.array([2, 3, 2, 3], np.int32),
             activity=np.ones(n_nodes), n_nodes=n_nodes, path_weight=np.ones(n_nodes),
             in_degree=np.zeros(n_nodes, np.int32),
+            recommendable=recommendable_bits(np.ones(n_nodes)),  # the graph's, as mapped
         )
         recommend_users(inputs, graph, Settings())  # compile / load outside the trace
         tracemalloc.start()

@@ -238,3 +238,20 @@ def test_select_smallest_moves_the_m_smallest_keys_to_the_front():
         keys = np.array([5, 3, 9, 1, 7], dtype=np.uint64)
         select_smallest(keys, 5, m)
         assert keys.tolist() == [5, 3, 9, 1, 7]
+
+
+def test_recommendable_bits_are_one_bit_per_node_not_nan():
+    """Nodes 0, 2 and 8 have an activity, the rest NaN: byte 0 is 0b00000101, byte 1 is 1;
+    the compiled reader gives the same answer node by node."""
+    import numpy as np
+
+    from recs.traversal.predicates import is_recommendable, recommendable_bits
+
+    nan = float("nan")
+    activity = np.array([0.5, nan, 1.0, nan, nan, nan, nan, nan, 2.0, nan])
+    bits = recommendable_bits(activity)
+    assert bits.dtype == np.uint8 and bits.tolist() == [0b101, 0b1]
+    assert [is_recommendable(bits, node) for node in range(10)] == [
+        True, False, True, False, False, False, False, False, True, False,
+    ]  # fmt: skip
+    assert recommendable_bits(np.zeros(0)).tolist() == []
