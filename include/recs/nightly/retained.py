@@ -163,50 +163,60 @@ def freeze(
         url, standby = snapshot_source(settings)
         if standby is not None:
             log.info("snapshot standby caught up with the primary: %s", standby)
-        with spill_folder(target) as spill:  # the follow edges' pieces, until written
-            frames: dict[str, pl.DataFrame] = {}
-            with open_reader(url) as reader:
-                backend = reader.backend
-                try:
-                    users = reader.read_table("users")  # first: the plan and the staleness check
-                    newest = _newest(users)
-                    if not rebuild and newest is not None:
-                        refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
-                    frames["users"], dropped, excluded = _users_as_of(users, cut_off)
-                    plan = plan_shards(
-                        _eligible(frames["users"], cut_off, settings.eligibility_window_days),
-                        fixed=settings.shard_count,
-                        users_target=settings.shard_users_target,
-                        minimum=settings.shard_count_min,
-                        maximum=settings.shard_count_max,
-                        max_map_length=max_map_length,
-                    )
-                    chunks = (
-                        _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
-                        for chunk in reader.iter_table("follow_edges")
-                    )
-                    parts, by_status = partition_by_shard(chunks, plan.shard_count, spill)
-                    for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
-                        table = reader.read_table(name)
-                        frames[name] = _as_of(table, name, cut_off, dropped, excluded)
-                except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
-                    raise
-                except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
-                    raise LiveStoreError(
-                        f"reading the live store {display_url(url)} failed (the run can be "
-                        f"retried): {one_line(error, url, limit=300)}"
-                    ) from error
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.with_name(staging_name(target.name, ".partial"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in target.parent.glob(f".{target.name}.*.partial"):
+            shutil.rmtree(leftover, ignore_errors=True)  # a killed attempt's (we hold the lock)
+        staging = target.with_name(staging_name(target.name, ".partial"))
+        # the follow edges' pieces, until written; every other table is written as soon as it
+        # is read, so the process holds one table at a time, never all of them (bench/README.md)
+        with spill_folder(target) as spill:
             staging.mkdir()
             try:
                 tables = {}
-                for name, frame in frames.items():
+
+                def write_table(name: str, frame: pl.DataFrame) -> None:
                     relative = f"{name}.parquet"
                     write_parquet(
                         frame.sort(SORT_KEYS[name]), SNAPSHOT_SCHEMAS[name], staging / relative
                     )
                     tables[name] = {"path": relative, "rows": frame.height}
+
+                with open_reader(url) as reader:
+                    backend = reader.backend
+                    try:
+                        users = reader.read_table("users")  # first: the plan, the staleness check
+                        newest = _newest(users)
+                        if not rebuild and newest is not None:
+                            refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
+                        kept, dropped, excluded = _users_as_of(users, cut_off)
+                        del users
+                        plan = plan_shards(
+                            _eligible(kept, cut_off, settings.eligibility_window_days),
+                            fixed=settings.shard_count,
+                            users_target=settings.shard_users_target,
+                            minimum=settings.shard_count_min,
+                            maximum=settings.shard_count_max,
+                            max_map_length=max_map_length,
+                        )
+                        write_table("users", kept)
+                        del kept
+                        chunks = (
+                            _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
+                            for chunk in reader.iter_table("follow_edges")
+                        )
+                        parts, by_status = partition_by_shard(chunks, plan.shard_count, spill)
+                        for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
+                            write_table(
+                                name,
+                                _as_of(reader.read_table(name), name, cut_off, dropped, excluded),
+                            )
+                    except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
+                        raise
+                    except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
+                        raise LiveStoreError(
+                            f"reading the live store {display_url(url)} failed (the run can be "
+                            f"retried): {one_line(error, url, limit=300)}"
+                        ) from error
                 shards = write_follow_edges(parts, plan.shard_count, staging)
                 tables["follow_edges"] = {
                     "path": "follow_edges",

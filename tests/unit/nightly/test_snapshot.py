@@ -475,3 +475,19 @@ def test_a_repartition_removes_what_a_killed_one_left(sqlite_settings):
     assert len(list((paths.snapshot_dir / "follow_edges").glob("shard_id=*"))) == 8
     edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
     assert edges.height == len(FOLLOWS) + len(PENDING)
+
+
+def test_a_freeze_removes_the_staging_a_killed_one_left(sqlite_settings):
+    """A freeze killed part-way (SIGKILL: no cleanup runs) leaves its staging folder beside the
+    retained snapshot, holding the tables it had written; the next freeze of that date removes
+    it and writes the retained snapshot whole."""
+    settings = sqlite_settings
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    target = retained.folder(paths.home, paths.snapshot_date)
+    killed = target.with_name(f".{target.name}.999-dead.partial")
+    killed.mkdir(parents=True)
+    (killed / "users.parquet").write_bytes(b"x" * 1000)
+    freeze_snapshot(paths, settings)
+    assert not killed.exists() and not list(target.parent.glob(".*.partial"))
+    assert retained.is_complete(target)
+    assert (target / "users.parquet").read_bytes()[:4] == b"PAR1"
