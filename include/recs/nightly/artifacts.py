@@ -203,13 +203,17 @@ class RunStore:
 
     # --- push and pull ----------------------------------------------------------------------
 
-    def push(self, paths: RunPaths, part: Part) -> dict[str, Any]:
-        """Upload the part's local files (those unchanged since the last marker are kept),
-        remove the store's files of the part that are not local, then write the marker.
+    def push(
+        self, paths: RunPaths, part: Part, previous: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Upload the part's local files (those unchanged since the last marker are kept:
+        ``previous``, that marker's ``files``, or the marker in the store now), remove the
+        store's files of the part that are not local, then write the marker.
         Returns ``{"part", "files", "uploaded", "bytes", "checksum"}``."""
         local = local_files(paths.run_dir, part)
         entries = {relative: file_entry(path) for relative, path in local.items()}
-        previous = (self.marker(paths, part) or {}).get("files", {})
+        if previous is None:
+            previous = (self.marker(paths, part) or {}).get("files", {})
         self.forget(paths, part)  # from here until the marker is back, the part is not trusted
         upload = [r for r, entry in entries.items() if not _same_content(previous.get(r), entry)]
         if upload:
@@ -506,6 +510,8 @@ def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator
         yield Synced()
         return
     writes, withdraws = stage_outputs(stage, shard_id)
+    # what the store held before this attempt: its unchanged files need no upload again
+    known = {part.name: (store.marker(paths, part) or {}).get("files", {}) for part in writes}
     for part in withdraws:
         store.forget(paths, part)
     graph_dir = None
@@ -524,12 +530,12 @@ def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator
         if stage in PUSHED_ON_FAILURE:
             for part in writes:
                 try:
-                    store.push(paths, part)
+                    store.push(paths, part, previous=known[part.name])
                 except Exception as error:  # noqa: BLE001 - the stage's own error is the one
                     log.warning("run store: could not push %s: %s", part.name, error)
         raise
     for part in writes:
-        store.push(paths, part)
+        store.push(paths, part, previous=known[part.name])
 
 
 def withdraw_shards(paths: RunPaths, shard_count: int) -> None:

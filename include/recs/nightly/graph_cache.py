@@ -17,8 +17,11 @@ sha256, then renamed into place, so a half-downloaded copy never looks complete.
 A machine keeps one run's graph (at the design's scale one is about 100 GB): once a new copy is
 in place, the run's older graphs and every other run's copy are removed, except a run whose lock
 another task holds (it is downloading); a task still mapping a removed copy keeps its pages
-(Linux frees an unlinked file once the last mapping goes). The nightly DAG runs one run at a
-time (``max_active_runs=1``); a later rerun of an older run's shard downloads its graph again.
+(Linux frees an unlinked file once the last mapping goes). Not covered: a task handed a copy
+that it has not mapped yet, when another run's download on the same machine removes it in
+between; it fails with "missing graph file" and its retry downloads the graph again. The
+nightly DAG runs one run at a time (``max_active_runs=1``), so it takes a rerun of an older
+run's shard during a night; that rerun downloads its graph again too.
 """
 
 from __future__ import annotations

@@ -135,12 +135,13 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
     """
     from recs.traversal import traverse_shard as _traverse
 
-    with synced(paths, "traverse_shard", shard_id) as sync:
+    # The lock first: an attempt it refuses must not touch the run store (a synced stage
+    # withdraws the marker of what it writes as it starts).
+    with shard_lock(paths, shard_id), synced(paths, "traverse_shard", shard_id) as sync:
         settings = run_settings(paths)
         check_shard(shard_id, settings.shard_count)
-        with shard_lock(paths, shard_id):
-            paths.shard_manifest(shard_id).unlink(missing_ok=True)
-            return _traverse(paths, settings, shard_id, graph_dir=sync.graph_dir)
+        paths.shard_manifest(shard_id).unlink(missing_ok=True)
+        return _traverse(paths, settings, shard_id, graph_dir=sync.graph_dir)
 
 
 def gate_groups(paths: RunPaths, shard_ids: list[int]) -> list[list[int]]:
@@ -159,13 +160,13 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
 
     results = []
     for position, shard_id in enumerate(shard_ids):
-        with synced(paths, "validate_shard", shard_id):  # the run store's, if there is one
+        # the lock before the run store's sync, as in traverse_shard
+        with shard_lock(paths, shard_id), synced(paths, "validate_shard", shard_id):
             settings = run_settings(paths)
             if position == 0:  # every id of the group checked before any shard is
                 for planned in shard_ids:
                     check_shard(planned, settings.shard_count)
-            with shard_lock(paths, shard_id):
-                results.append(_validate(paths, settings, shard_id))
+            results.append(_validate(paths, settings, shard_id))
     return results
 
 

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
-from recs.errors import CorruptFileError, LiveStoreError, SnapshotNotRetainedError
+from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
 from recs.files import read_json, staging_name, write_json
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_shards
@@ -210,8 +210,8 @@ def freeze(
                                 name,
                                 _as_of(reader.read_table(name), name, cut_off, dropped, excluded),
                             )
-                    except (LiveStoreError, SnapshotNotRetainedError, MemoryError):
-                        raise
+                    except (RecsError, OSError, MemoryError):
+                        raise  # ours, and writing the tables (a full disk is not the store's)
                     except Exception as error:  # noqa: BLE001 - a driver error mid-read: one line
                         raise LiveStoreError(
                             f"reading the live store {display_url(url)} failed (the run can be "

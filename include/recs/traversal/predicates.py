@@ -57,7 +57,8 @@ def exclusion_codes(reasons) -> np.ndarray:
 def recommendable_profiles():
     """Polars predicate on ``candidate_profiles`` rows: the accounts that may be recommended
     (``is_recommendable``: active and discoverable; null counts as false). ``build_graph`` gives
-    every other account a NaN activity, which ``is_recommendable`` reads back."""
+    every other account a NaN activity, and a clear bit in ``recommendable_bits``, which
+    ``is_recommendable`` reads back."""
     import polars as pl
 
     return pl.col("is_recommendable").fill_null(False)
@@ -67,7 +68,7 @@ def recommendable_bits(activity: np.ndarray) -> np.ndarray:
     """One bit per node, set where ``activity`` (float64[n_nodes]) is not NaN (see
     ``recommendable_profiles``): ``uint8[ceil(n_nodes / 8)]``, node ``v`` at bit ``v % 8``
     of byte ``v // 8``. The pre-rank filter reads it for every candidate counted: 1/64 of the
-    activity's bytes, so it stays in cache (``bench/README.md``)."""
+    activity's bytes, so it stays in cache far longer (``bench/README.md``, issue 13)."""
     return np.packbits(~np.isnan(np.asarray(activity, dtype=np.float64)), bitorder="little")
 
 

@@ -322,3 +322,55 @@ def test_a_machine_keeps_one_runs_graph_and_spares_a_run_being_downloaded(store,
     kept = local_graph(store, runs["r4"], cache)
     assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r4"]
     assert (kept.graph_dir / "indices.npy").read_bytes() == b"r4" * 1000
+
+
+def test_an_attempt_the_shard_lock_refuses_leaves_the_store_as_it_was(store, tmp_path, monkeypatch):
+    """Shard 0 is computed and in the store; a second attempt at it while the first holds its
+    lock is refused (exit 75) and must not withdraw the shard's marker, else the gate would find
+    the shard failed and the publish would carry yesterday's rows over."""
+    import subprocess
+    import sys
+
+    from recs.errors import RunInProgressError
+    from recs.nightly import pipeline
+
+    a = machine(tmp_path, "a")
+    write(a, {**SNAPSHOT_FILES, "shards/shard_id=000/manifest.json": b"{}"})
+    store.push(a, SNAPSHOT)
+    store.push(a, shard_part(0))
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    holder = subprocess.Popen(  # the first attempt, in a process of its own, holding the lock
+        [sys.executable, "-c", "import sys, time; from recs.nightly.locks import shard_lock; "
+         "from recs.nightly.runs import RunPaths; "
+         f"p = RunPaths.create({str(a.home)!r}, {DATE!r}, {RUN_ID!r})\n"
+         "with shard_lock(p, 0):\n print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunInProgressError):
+            pipeline.traverse_shard(a, 0)
+        with pytest.raises(RunInProgressError):
+            pipeline.validate_shards(a, [0])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert store.marker(a, shard_part(0)) is not None
+    assert (a.run_dir / "shards/shard_id=000/manifest.json").exists()
+
+
+def test_a_rerun_with_the_same_bytes_uploads_nothing_again(store, tmp_path, monkeypatch):
+    """freeze_snapshot's sync, twice over the same files: the first uploads the 4 files, the
+    retry none (the marker it withdraws as it starts still says what the store holds)."""
+    a = machine(tmp_path, "a")
+    write(a, SNAPSHOT_FILES)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    uploads = []
+    real_put = store.fs.put
+    monkeypatch.setattr(store.fs, "put", lambda local, remote, **kw: (
+        uploads.append(len(local)), real_put(local, remote, **kw))[1])  # fmt: skip
+    for _ in range(2):
+        with artifacts.synced(a, "freeze_snapshot"):
+            pass
+    assert uploads == [4]
+    assert store.marker(a, SNAPSHOT) is not None

@@ -491,3 +491,25 @@ def test_a_freeze_removes_the_staging_a_killed_one_left(sqlite_settings):
     assert not killed.exists() and not list(target.parent.glob(".*.partial"))
     assert retained.is_complete(target)
     assert (target / "users.parquet").read_bytes()[:4] == b"PAR1"
+
+
+def test_a_full_disk_while_writing_is_not_blamed_on_the_store(sqlite_settings, monkeypatch):
+    """Writing users.parquet fails with ENOSPC while the store is being read: the error is the
+    disk's, said as such (not "reading the live store failed"), and nothing is left behind."""
+    import errno
+
+    settings = sqlite_settings
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, None)
+    real = retained.pq.write_table
+
+    def full(table, where, **options):
+        if Path(where).name == "users.parquet":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(table, where, **options)
+
+    monkeypatch.setattr(retained.pq, "write_table", full)
+    with pytest.raises(OSError, match="No space left") as raised:
+        freeze_snapshot(paths, settings)
+    assert not isinstance(raised.value, LiveStoreError)
+    target = retained.folder(paths.home, paths.snapshot_date)
+    assert not target.exists() and not list(target.parent.glob(".*.partial"))
