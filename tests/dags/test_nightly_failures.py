@@ -102,11 +102,11 @@ def test_a_failed_mapped_shard_still_lets_validate_and_publish_run(night_1, nigh
     real_traverse = recs.traversal.traverse_shard
     tries: list[int] = []
 
-    def traverse(paths, settings, shard_id):
+    def traverse(paths, settings, shard_id, **options):
         tries.append(shard_id)
         if shard_id == 1:
             raise RuntimeError("injected traversal failure")
-        return real_traverse(paths, settings, shard_id)
+        return real_traverse(paths, settings, shard_id, **options)
 
     monkeypatch.setattr(recs.traversal, "traverse_shard", traverse)
     shard_task = nightly.get_task("traverse_shard")

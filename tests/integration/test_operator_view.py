@@ -52,10 +52,10 @@ from recs.nightly import pipeline
 
 real = recs.traversal.traverse_shard
 
-def traverse(paths, settings, shard_id):
+def traverse(paths, settings, shard_id, **options):
     if shard_id == 2:
         raise RuntimeError("injected traversal failure")
-    return real(paths, settings, shard_id)
+    return real(paths, settings, shard_id, **options)
 
 recs.traversal.traverse_shard = traverse
 pipeline.run_all(get_settings().home, "{DATE}", "{CARRIED}")
