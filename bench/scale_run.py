@@ -237,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['traversals_per_cpu_second'] / 1e6:.1f} M/s task",
         ))
     stages[-len(shards):] = []
-    from recs.config import get_settings
-    from recs.nightly.shard_plan import gate_groups
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
 
-    groups = gate_groups(list(range(args.shards)), get_settings().gate_shards_per_task)
+    # the DAG's plan_gate: the groups of the run's own frozen settings
+    groups = pipeline.gate_groups(
+        RunPaths.create(home, SNAPSHOT_DATE, args.run_id), list(range(args.shards))
+    )
     gates = [
         stage(f"validate_shards {group[0]:03d}-{group[-1]:03d}",
               [*me, "--stage", "validate_shards", "--shard", ",".join(map(str, group)), *run],

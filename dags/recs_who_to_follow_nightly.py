@@ -17,11 +17,11 @@ the date it runs after.
 The gate is mapped too: each ``validate_shards`` task checks a group of shards
 (``gate_shards_per_task``, one Great Expectations import for the group) one after another once
 every shard is done (``all_done``; a failed shard is recorded as such), so its memory is a
-shard's. A shard that still
-fails after its retries does not stop the night: ``validate_run`` runs once every shard's gate is
-done (``all_done``), merges their results (validating itself any shard whose result is missing
-or stale), adds the run-wide checks over the shards that were computed, and ``publish_run``
-(``all_success``) carries the failed ones over from the version being replaced. If a stage
+shard's. A shard that still fails after its retries does not stop the night: ``validate_run``
+runs once every shard's gate is done (``all_done``), merges their results (validating itself any
+shard whose result is missing or stale), adds the run-wide checks over the shards that were
+computed, and ``publish_run`` (``all_success``) carries the failed ones over from the version
+being replaced. If a stage
 before the traversal failed, ``validate_run`` fails at once, saying which.
 """
 

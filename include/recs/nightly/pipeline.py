@@ -158,14 +158,14 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     so it never reads a shard that ``traverse_shard`` is rewriting."""
     from recs.nightly.shard_gate import validate_shard as _validate
 
+    with synced(paths, "validate_shards"):  # writes nothing: the snapshot manifest, if a store
+        settings = run_settings(paths)
+    for shard_id in shard_ids:  # every id of the group before any shard is checked
+        check_shard(shard_id, settings.shard_count)
     results = []
-    for position, shard_id in enumerate(shard_ids):
+    for shard_id in shard_ids:
         # the lock before the run store's sync, as in traverse_shard
         with shard_lock(paths, shard_id), synced(paths, "validate_shard", shard_id):
-            settings = run_settings(paths)
-            if position == 0:  # every id of the group checked before any shard is
-                for planned in shard_ids:
-                    check_shard(planned, settings.shard_count)
             results.append(_validate(paths, settings, shard_id))
     return results
 

@@ -31,7 +31,7 @@ from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
 from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
 from recs.files import read_json, staging_name, write_json
 from recs.nightly.runs import RunPaths
-from recs.nightly.shard_plan import plan_shards
+from recs.nightly.shard_plan import plan_for
 from recs.sharding import shard_expr
 from recs.store.connections import display_url, one_line
 from recs.store.readers import open_reader
@@ -190,13 +190,10 @@ def freeze(
                             refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
                         kept, dropped, excluded = _users_as_of(users, cut_off)
                         del users
-                        plan = plan_shards(
+                        plan = plan_for(
                             _eligible(kept, cut_off, settings.eligibility_window_days),
-                            fixed=settings.shard_count,
-                            users_target=settings.shard_users_target,
-                            minimum=settings.shard_count_min,
-                            maximum=settings.shard_count_max,
-                            max_map_length=max_map_length,
+                            settings,
+                            max_map_length,
                         )
                         write_table("users", kept)
                         del kept

@@ -64,6 +64,19 @@ def plan_shards(
     return plan
 
 
+def plan_for(eligible_users: int, settings, max_map_length: int | None = None) -> ShardPlan:
+    """``plan_shards`` with the plan's settings (``Settings.shard_count``,
+    ``shard_users_target``, ``shard_count_min``, ``shard_count_max``)."""
+    return plan_shards(
+        eligible_users,
+        fixed=settings.shard_count,
+        users_target=settings.shard_users_target,
+        minimum=settings.shard_count_min,
+        maximum=settings.shard_count_max,
+        max_map_length=max_map_length,
+    )
+
+
 def check_map_length(shard_count: int, max_map_length: int | None) -> None:
     """Raise ``ShardPlanError`` if ``shard_count`` mapped tasks exceed ``max_map_length``."""
     if max_map_length is not None and shard_count > max_map_length:

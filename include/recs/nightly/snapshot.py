@@ -38,7 +38,7 @@ from recs.files import link_or_copy, staging_name, write_json
 from recs.nightly import retained
 from recs.nightly.locks import run_lock
 from recs.nightly.runs import RunPaths
-from recs.nightly.shard_plan import plan_shards
+from recs.nightly.shard_plan import plan_for
 
 log = logging.getLogger("recs.nightly.snapshot")
 
@@ -84,13 +84,10 @@ def freeze_snapshot(
             kind = "retained"
             log.info("reusing the retained snapshot %s", frozen)
         document = retained.manifest(frozen)
-        plan = plan_shards(
+        plan = plan_for(
             retained.eligible_users(frozen, paths.as_of, settings.eligibility_window_days),
-            fixed=settings.shard_count,
-            users_target=settings.shard_users_target,
-            minimum=settings.shard_count_min,
-            maximum=settings.shard_count_max,
-            max_map_length=max_map_length,
+            settings,
+            max_map_length,
         )
         shards = _materialize(paths, frozen, document, plan.shard_count)
         run_settings = settings.model_copy(update={"shard_count": plan.shard_count})

@@ -64,8 +64,8 @@ log = logging.getLogger("recs.graph")
 
 GRAPH_FILES = (
     "user_ids.npy", "indptr.npy", "indices.npy", "activity.npy", "recommendable.npy",
-    "account_active.npy",
-    "path_weight.npy", "in_degree.npy", "reciprocal_pairs.npy", "id_index.npy", "meta.json",
+    "account_active.npy", "path_weight.npy", "in_degree.npy", "reciprocal_pairs.npy",
+    "id_index.npy", "meta.json",
 )
 #: 2: adds activity.npy and id_index.npy; 3: adds account_active.npy; 4: path_weight.npy,
 #: in_degree.npy, reciprocal_pairs.npy and the hop2 order; 5: recommendable.npy (older graphs:
@@ -482,11 +482,10 @@ class CappedGraph:
     """A memory-mapped, read-only capped CSR graph (see the module docstring for the arrays).
 
     ``user_ids`` int64[n_nodes], ``indptr`` int64[n_nodes + 1], ``indices`` int32[n_edges],
-    ``activity`` float64[n_nodes], ``recommendable`` uint8 bits, ``account_active``
-    bool[n_nodes], ``path_weight``
-    float64[n_nodes], ``in_degree`` int32[n_nodes], ``reciprocal_pairs`` uint64 and the arrays
-    behind ``index`` (the id map): all
-    ``np.memmap`` opened read-only, shared through the page cache, never copied.
+    ``activity`` float64[n_nodes], ``recommendable`` uint8[ceil(n_nodes / 8)],
+    ``account_active`` bool[n_nodes], ``path_weight`` float64[n_nodes], ``in_degree``
+    int32[n_nodes], ``reciprocal_pairs`` uint64 and the arrays behind ``index`` (the id map):
+    all ``np.memmap`` opened read-only, shared through the page cache, never copied.
     """
 
     user_ids: np.ndarray
