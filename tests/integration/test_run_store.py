@@ -106,7 +106,11 @@ def test_a_night_on_s3_across_machines_publishes_the_local_bytes(s3, tmp_path, m
         # mapped from the machine's cache, not pulled into the run folder
         assert not (machine.graph_dir / "indices.npy").exists()
         cached = list((tmp_path / name / "cache" / "graphs" / DATE / RUN_ID).iterdir())
-        assert len([p for p in cached if p.name != ".lock"]) == 1
+        copies = [p for p in cached if p.is_dir()]
+        assert len(copies) == 1 and (copies[0] / "graph" / "indices.npy").is_file()
+        assert sorted(p.name for p in cached if not p.is_dir()) == [
+            ".lock", f"{copies[0].name}.inuse"  # no task holds it now: the next download may go
+        ]
 
     # the publish writes under the home frozen into the run's settings (freeze_snapshot's, m1:
     # RECS_HOME is one path on every worker); its inputs came to m5 from the store

@@ -30,7 +30,8 @@ The contract, atomic from a reader's point of view:
   removed (a failed shard is failed here too). A local file with the marker's size and mtime is
   taken as that file (the writer's own machine, or an earlier pull) and not downloaded again.
 - The capped CSR graph is not pulled into the run folder: ``graph_cache`` copies it once per
-  machine, keyed by run and checksum (``synced`` hands its folder to the traverse task).
+  machine, keyed by run and checksum (``synced`` hands its folder to the traverse task, and
+  holds it in use until the task ends).
 
 The run and shard ``flock``s stay local (``locks.py``): across machines, Airflow runs one
 instance of a task at a time. Retained snapshots (``<home>/snapshots/``) and published versions
@@ -52,11 +53,12 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
@@ -119,8 +121,11 @@ class RunStore:
 
         self.url = url
         options = dict(options or {})
-        if split_protocol(url)[0] in (None, "file", "local"):
+        protocol = split_protocol(url)[0]
+        if protocol in (None, "file", "local"):
             options.setdefault("auto_mkdir", True)  # a shared volume: make parent folders
+        if protocol == "file":  # a file URI's path is percent-encoded (RFC 8089); fsspec keeps it
+            url = f"file://{unquote(url.removeprefix('file://'))}"
         try:
             self.fs, root = url_to_fs(url, **options)
         except (ValueError, ImportError, TypeError) as error:
@@ -155,7 +160,48 @@ class RunStore:
     # --- where things are -----------------------------------------------------------------
 
     def run_root(self, paths: RunPaths) -> str:
-        return f"{self.root}/runs/{paths.snapshot_date.isoformat()}/{paths.run_id}"
+        return self._run_root(paths.snapshot_date.isoformat(), paths.run_id)
+
+    def _run_root(self, date: str, run_id: str) -> str:
+        return f"{self.root}/runs/{date}/{run_id}"
+
+    # --- whole runs (``recs gc``: ``retention``) ---------------------------------------------
+
+    def runs(self) -> list[tuple[str, str]]:
+        """``(date folder, run_id)`` of every run in the store, sorted."""
+        found = []
+        for date in self._io("list the runs", self._folders, f"{self.root}/runs"):
+            found += [(date, run_id) for run_id in self._io("list the runs", self._folders,
+                                                             f"{self.root}/runs/{date}")]
+        return sorted(found)
+
+    def _folders(self, path: str) -> list[str]:
+        if not self.fs.exists(path):
+            return []
+        return [e["name"].rstrip("/").rsplit("/", 1)[-1]
+                for e in self.fs.ls(path, detail=True) if e["type"] == "directory"]  # fmt: skip
+
+    def last_written(self, date: str, run_id: str) -> float | None:
+        """When a file of the run was last written (its writer's mtime, epoch seconds), from its
+        markers; None when it has none (nothing of it is trusted)."""
+        root = f"{self._run_root(date, run_id)}/{MARKERS}"
+        newest = None
+        paths = self._io("list the markers", self.fs.glob, f"{root}/*.json")
+        for raw in self._io("read the markers", self.fs.cat, paths).values() if paths else ():
+            try:
+                stamps = [e["mtime_ns"] / 1e9 for e in json.loads(raw)["files"].values()]
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a damaged marker tells nothing
+            newest = max([*stamps, newest or 0.0])
+        return newest
+
+    def remove_run(self, date: str, run_id: str) -> None:
+        """Remove the run's folder, markers first (a reader never trusts a half-removed part)."""
+        root = self._run_root(date, run_id)
+        if self._io("look up", self.fs.exists, f"{root}/{MARKERS}"):
+            self._io(f"remove {date}/{run_id}", self.fs.rm, f"{root}/{MARKERS}", True)
+        if self._io("look up", self.fs.exists, root):
+            self._io(f"remove {date}/{run_id}", self.fs.rm, root, True)
 
     def remote(self, paths: RunPaths, relative: str) -> str:
         return f"{self.run_root(paths)}/{relative}"
@@ -392,7 +438,11 @@ def _open(url: str, options_json: str) -> RunStore:
 def run_store() -> RunStore | None:
     """The process's run store (``Settings.run_store_url`` and ``run_store_options``), or None
     when none is set. Raises ``RunStoreError`` (malformed or unreachable)."""
-    settings = get_settings()
+    return store_for(get_settings())
+
+
+def store_for(settings) -> RunStore | None:
+    """The run store of ``settings`` (a ``Settings``), or None when none is set."""
     if not settings.run_store_url:
         return None
     return _open(settings.run_store_url, json.dumps(settings.run_store_options, sort_keys=True))
@@ -514,28 +564,29 @@ def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator
     known = {part.name: (store.marker(paths, part) or {}).get("files", {}) for part in writes}
     for part in withdraws:
         store.forget(paths, part)
-    graph_dir = None
-    if stage != "freeze_snapshot":
-        store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
-        shard_count = int(read_json(paths.snapshot_manifest)["settings"]["shard_count"])
-        for part, include, required in stage_inputs(stage, shard_id, shard_count):
-            store.pull(paths, part, include, required=required)
-        if stage == "traverse_shard":
-            from recs.nightly.graph_cache import local_graph
+    with ExitStack() as in_use:
+        graph_dir = None
+        if stage != "freeze_snapshot":
+            store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
+            shard_count = int(read_json(paths.snapshot_manifest)["settings"]["shard_count"])
+            for part, include, required in stage_inputs(stage, shard_id, shard_count):
+                store.pull(paths, part, include, required=required)
+            if stage == "traverse_shard":  # the machine's copy, in use until the stage ends
+                from recs.nightly.graph_cache import local_graph
 
-            graph_dir = local_graph(store, paths).graph_dir
-    try:
-        yield Synced(graph_dir)
-    except BaseException:
-        if stage in PUSHED_ON_FAILURE:
-            for part in writes:
-                try:
-                    store.push(paths, part, previous=known[part.name])
-                except Exception as error:  # noqa: BLE001 - the stage's own error is the one
-                    log.warning("run store: could not push %s: %s", part.name, error)
-        raise
-    for part in writes:
-        store.push(paths, part, previous=known[part.name])
+                graph_dir = in_use.enter_context(local_graph(store, paths)).graph_dir
+        try:
+            yield Synced(graph_dir)
+        except BaseException:
+            if stage in PUSHED_ON_FAILURE:
+                for part in writes:
+                    try:
+                        store.push(paths, part, previous=known[part.name])
+                    except Exception as error:  # noqa: BLE001 - the stage's own error counts
+                        log.warning("run store: could not push %s: %s", part.name, error)
+            raise
+        for part in writes:
+            store.push(paths, part, previous=known[part.name])
 
 
 def withdraw_shards(paths: RunPaths, shard_count: int) -> None:

@@ -15,13 +15,14 @@ for it, then reuse it), into a staging folder, each file checked against the mar
 sha256, then renamed into place, so a half-downloaded copy never looks complete.
 
 A machine keeps one run's graph (at the design's scale one is about 100 GB): once a new copy is
-in place, the run's older graphs and every other run's copy are removed, except a run whose lock
-another task holds (it is downloading); a task still mapping a removed copy keeps its pages
-(Linux frees an unlinked file once the last mapping goes). Not covered: a task handed a copy
-that it has not mapped yet, when another run's download on the same machine removes it in
-between; it fails with "missing graph file" and its retry downloads the graph again. The
-nightly DAG runs one run at a time (``max_active_runs=1``), so it takes a rerun of an older
-run's shard during a night; that rerun downloads its graph again too.
+in place, the run's older graphs and every other run's copy are removed, except a copy a task is
+using. A task uses a copy inside ``local_graph``'s ``with``: from before it looks for the copy
+until the task ends it holds a shared ``flock`` on ``<checksum>.inuse`` beside the copy, and a
+copy is removed only under that lock taken exclusively without waiting (a run whose ``.lock``
+another task holds, downloading, is left alone too). So a copy is never removed between being
+handed to a task and being mapped by it; once mapped, Linux keeps an unlinked file's pages
+until the last mapping goes. Each lock is checked, once held, to still be the file at its path
+(``_held``): a lock file removed with its copy meanwhile is opened again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import fcntl
 import logging
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +63,14 @@ def cache_root(paths: RunPaths) -> Path:
     return Path(get_settings().run_cache_dir or Path(paths.home) / "cache" / "graphs")
 
 
-def local_graph(store: RunStore, paths: RunPaths, root: Path | None = None) -> CachedGraph:
-    """The run's graph on this machine (module docstring), downloaded if no task here has yet.
-    Raises ``ArtifactNotFoundError`` when the store has no complete graph of the run (or a file
-    changed while it was read) and ``RunStoreError``."""
+@contextmanager
+def local_graph(
+    store: RunStore, paths: RunPaths, root: Path | None = None
+) -> Iterator[CachedGraph]:
+    """The run's graph on this machine (module docstring), downloaded if no task here has yet,
+    in use (never removed) until the ``with`` ends. Raises ``ArtifactNotFoundError`` when the
+    store has no complete graph of the run (or a file changed while it was read) and
+    ``RunStoreError``."""
     marker = store.marker(paths, GRAPH)
     if marker is None:
         raise ArtifactNotFoundError(
@@ -73,46 +80,102 @@ def local_graph(store: RunStore, paths: RunPaths, root: Path | None = None) -> C
     checksum = marker["checksum"]
     run_cache = (root or cache_root(paths)) / paths.snapshot_date.isoformat() / paths.run_id
     final = run_cache / checksum[:KEY_LENGTH]
-    run_cache.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(run_cache / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)  # waits for a download in progress here
-        if final.is_dir():
-            return CachedGraph(final / "graph", checksum, downloaded=False)
-        staging = run_cache / staging_name(final.name, ".partial")
+    with _held(_in_use(final), fcntl.LOCK_SH):  # in use from here: never removed under us
+        with _held(run_cache / LOCK, fcntl.LOCK_EX):  # waits for a download in progress here
+            downloaded = not final.is_dir()
+            if downloaded:
+                staging = run_cache / staging_name(final.name, ".partial")
+                try:
+                    store.fetch(paths, marker["files"], staging)
+                    os.rename(staging, final)
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)
+                for other in sorted(run_cache.iterdir()):  # older graphs, killed downloads
+                    if other.is_dir() and other != final:
+                        _remove_copy(other)
+                _remove_other_runs(run_cache.parent.parent, run_cache)
+                size = sum(entry["size"] for entry in marker["files"].values())
+                log.info("graph of %s copied to %s (%d bytes)", paths.run_id, final, size)
+        yield CachedGraph(final / "graph", checksum, downloaded=downloaded)
+
+
+LOCK = ".lock"
+"""A run's download lock in its cache folder."""
+
+
+def _in_use(copy: Path) -> Path:
+    """The lock file a task holds shared while it uses ``copy`` (beside it, not inside)."""
+    return copy.with_name(f"{copy.name}.inuse")
+
+
+@contextmanager
+def _held(path: Path, operation: int) -> Iterator[bool]:
+    """Hold ``flock(operation)`` on ``path`` (created, with its folder, if missing) for the
+    ``with``; yields False instead of waiting when ``operation`` has ``LOCK_NB`` and the lock is
+    taken. A lock file unlinked by a remover between the open and the lock is opened again, so
+    what is held is always the file at ``path``."""
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            store.fetch(paths, marker["files"], staging)
-            os.rename(staging, final)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # its folder was removed between the two calls
+            continue
+        try:
+            try:
+                fcntl.flock(descriptor, operation)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(descriptor).st_ino:
+                yield True
+                return
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        for other in run_cache.iterdir():  # older graphs of the run, a killed download's pieces
-            if other.name != final.name and other.name != ".lock":
-                shutil.rmtree(other, ignore_errors=True)
-        _remove_other_runs(run_cache.parent.parent, run_cache)
-        size = sum(entry["size"] for entry in marker["files"].values())
-        log.info("graph of %s copied to %s (%d bytes)", paths.run_id, final, size)
-        return CachedGraph(final / "graph", checksum, downloaded=True)
-    finally:
-        os.close(descriptor)  # releases the lock
+            os.close(descriptor)
+
+
+def _remove_copy(copy: Path) -> bool:
+    """Remove a cached copy (or a killed download's staging folder) and its in-use lock unless
+    a task holds that lock; True if it went."""
+    with _held(_in_use(copy), fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+        if not free:
+            return False
+        shutil.rmtree(copy, ignore_errors=True)
+        _in_use(copy).unlink(missing_ok=True)
+        return True
+
+
+def _remove_lock(path: Path) -> bool:
+    """Remove an in-use lock file left without its copy, unless a task holds it."""
+    with _held(path, fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+        if free:
+            path.unlink(missing_ok=True)
+        return free
 
 
 def _remove_other_runs(root: Path, keep: Path) -> list[Path]:
-    """Remove the cached graphs of every run under ``root`` but ``keep``, each under its own
-    lock taken without waiting (a run whose lock is held is left alone). Returns what went."""
+    """Remove the cached graphs of every run under ``root`` but ``keep`` that no task uses,
+    each run under its own lock taken without waiting (a run whose lock is held, downloading,
+    is left alone); a run folder goes once its copies have. Returns the runs that went."""
     removed = []
     for run_cache in sorted(root.glob("*/*")):
         if run_cache == keep or not run_cache.is_dir():
             continue
-        descriptor = os.open(run_cache / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue
-        else:
-            shutil.rmtree(run_cache, ignore_errors=True)
-            removed.append(run_cache)
-        finally:
-            os.close(descriptor)
+        with _held(run_cache / LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+            if not free:
+                continue
+            copies = [p for p in run_cache.iterdir() if p.is_dir()]
+            uses = [p for p in run_cache.glob("*.inuse") if p.with_suffix("") not in copies]
+            if all([_remove_copy(copy) for copy in copies] + [_remove_lock(p) for p in uses]):
+                (run_cache / LOCK).unlink(missing_ok=True)
+                try:
+                    run_cache.rmdir()
+                except OSError:  # a task arrived meanwhile: it opens the lock again (_held)
+                    continue
+                removed.append(run_cache)
     for date_dir in root.iterdir():
         try:
             date_dir.rmdir()  # only if empty: a date with a run left keeps its folder

@@ -10,6 +10,10 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
 - ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``.
+- With a run store (``RECS_RUN_STORE_URL``, ``artifacts``): its ``runs/<date>/<run_id>/`` by the
+  rule of local runs, "changed" read from its markers (the newest file a stage pushed; a run
+  with no marker holds nothing a stage trusts), markers removed first. Kept likewise: the runs
+  of ``CURRENT`` and its predecessor, and a run whose local folder here is in progress.
 
 "Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
 ``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
@@ -38,12 +42,13 @@ def collect_garbage(
     """Apply the retention settings under ``settings.home`` (module docstring).
 
     Returns ``{"today", "dry_run", "kept": {"current", "predecessor"}, "removed":
-    {"published": [run_id], "runs": ["<date>/<run_id>"], "snapshots": ["<date>"]}}`` (with
-    ``dry_run``, what would be removed). Raises nothing for missing folders.
+    {"published": [run_id], "runs": ["<date>/<run_id>"], "run_store": ["<date>/<run_id>"],
+    "snapshots": ["<date>"]}}`` (with ``dry_run``, what would be removed). Raises nothing for
+    missing folders; ``RunStoreError`` for a run store that fails.
     """
     today = today or dt.datetime.now(dt.UTC).date()
     published_dir = Path(settings.published_dir)
-    removed: dict[str, list[str]] = {"published": [], "runs": [], "snapshots": []}
+    removed: dict[str, list[str]] = {"published": [], "runs": [], "run_store": [], "snapshots": []}
     published_dir.mkdir(parents=True, exist_ok=True)
     with publisher_lock(published_dir):
         current = current_version(published_dir)
@@ -77,6 +82,10 @@ def collect_garbage(
         if not dry_run and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
+    removed["run_store"] = _prune_run_store(
+        settings, run_cutoff, changed_cutoff, backing, dry_run=dry_run
+    )
+
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
     for date_dir in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff):
         runs_of_date = Path(settings.runs_dir) / date_dir.name
@@ -92,6 +101,37 @@ def collect_garbage(
         "kept": {"current": current, "predecessor": predecessor},
         "removed": removed,
     }
+
+
+def _prune_run_store(
+    settings: Settings,
+    cutoff: dt.date,
+    changed_cutoff: float,
+    backing: set[tuple[str, str]],
+    *,
+    dry_run: bool,
+) -> list[str]:
+    """Remove the run store's runs the retention no longer keeps (module docstring); returns
+    ``["<date>/<run_id>"]``."""
+    from recs.nightly.artifacts import store_for
+
+    store = store_for(settings)
+    if store is None:
+        return []
+    removed = []
+    for date, run_id in store.runs():
+        if date not in _dates_before([date], cutoff):
+            continue
+        if (date, run_id) in backing or ("*", run_id) in backing:
+            continue
+        if (store.last_written(date, run_id) or 0.0) > changed_cutoff:
+            continue  # an old date worked on lately (a backfill)
+        if in_progress(Path(settings.runs_dir) / date / run_id):
+            continue
+        removed.append(f"{date}/{run_id}")
+        if not dry_run:
+            store.remove_run(date, run_id)
+    return removed
 
 
 def _backing_runs(published_dir: Path, names: set[str]) -> set[tuple[str, str]]:
@@ -113,14 +153,20 @@ def _dated_folders(root: Path, cutoff: dt.date) -> list[Path]:
     """The ``YYYY-MM-DD`` folders directly under ``root`` dated before ``cutoff``."""
     if not root.is_dir():
         return []
+    folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir()}
+    return [folders[name] for name in _dates_before(list(folders), cutoff)]
+
+
+def _dates_before(names: list[str], cutoff: dt.date) -> list[str]:
+    """The ``names`` that are ``YYYY-MM-DD`` dates before ``cutoff`` (others are left alone)."""
     found = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for name in names:
         try:
-            date = dt.date.fromisoformat(folder.name)
+            date = dt.date.fromisoformat(name)
         except ValueError:
             continue
-        if folder.name == date.isoformat() and date < cutoff:
-            found.append(folder)
+        if name == date.isoformat() and date < cutoff:
+            found.append(name)
     return found
 
 

@@ -203,7 +203,8 @@ def test_the_graph_is_copied_once_per_machine_and_again_when_it_changes(
     def task():
         try:
             start.wait()
-            results.append(local_graph(store, machine(tmp_path, "worker-1"), cache))
+            with local_graph(store, machine(tmp_path, "worker-1"), cache) as got:
+                results.append(got)
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 
@@ -218,21 +219,23 @@ def test_the_graph_is_copied_once_per_machine_and_again_when_it_changes(
     first = results[0]
     assert (first.graph_dir / "indices.npy").read_bytes() == b"A" * 1000
 
-    other = local_graph(store, machine(tmp_path, "worker-2"), tmp_path / "worker-2" / "cache")
+    other = use(store, machine(tmp_path, "worker-2"), tmp_path / "worker-2" / "cache")
     assert other.downloaded and other.checksum == first.checksum and len(gets) == 2
 
     write(builder, graph_files(b"B"))
     store.push(builder, GRAPH)
-    again = local_graph(store, machine(tmp_path, "worker-1"), cache)
+    again = use(store, machine(tmp_path, "worker-1"), cache)
     assert again.downloaded and again.checksum != first.checksum
     assert (again.graph_dir / "indices.npy").read_bytes() == b"B" * 1000
     assert not first.graph_dir.exists()
-    assert local_graph(store, machine(tmp_path, "worker-1"), cache).downloaded is False
+    with local_graph(store, machine(tmp_path, "worker-1"), cache) as last:
+        assert last.downloaded is False
 
 
 def test_no_graph_in_the_store_is_one_clear_error(store, tmp_path):
     with pytest.raises(ArtifactNotFoundError, match="build_graph has not succeeded"):
-        local_graph(store, machine(tmp_path, "w"), tmp_path / "cache")
+        with local_graph(store, machine(tmp_path, "w"), tmp_path / "cache"):
+            pass
 
 
 def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
@@ -296,6 +299,12 @@ def test_find_run_brings_the_manifest_of_a_run_this_machine_has_not_seen(
         artifacts.find_run(tmp_path / "b", DATE, "other")
 
 
+def use(store, paths, cache):
+    """Take the machine's copy of a run's graph and let it go at once (a finished task)."""
+    with local_graph(store, paths, cache) as got:
+        return got
+
+
 def test_a_machine_keeps_one_runs_graph_and_spares_a_run_being_downloaded(store, tmp_path):
     """One machine, four runs in turn: r1's copy goes when r2's arrives; when r3's arrives, r2's
     stays, because another task holds r2's lock (it is downloading it); it goes with r4's."""
@@ -308,20 +317,51 @@ def test_a_machine_keeps_one_runs_graph_and_spares_a_run_being_downloaded(store,
         write(builder, graph_files(run_id.encode()))
         store.push(builder, GRAPH)
         runs[run_id] = RunPaths.create(tmp_path / "worker", DATE, run_id)
-    local_graph(store, runs["r1"], cache)
-    local_graph(store, runs["r2"], cache)
+    use(store, runs["r1"], cache)
+    use(store, runs["r2"], cache)
     assert not (cache / DATE / "r1").exists()
 
     held = os.open(cache / DATE / "r2" / ".lock", os.O_RDWR)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
-        local_graph(store, runs["r3"], cache)
+        use(store, runs["r3"], cache)
         assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r2", "r3"]
     finally:
         os.close(held)
-    kept = local_graph(store, runs["r4"], cache)
+    kept = use(store, runs["r4"], cache)
     assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r4"]
     assert (kept.graph_dir / "indices.npy").read_bytes() == b"r4" * 1000
+
+
+def test_a_copy_in_use_is_removed_only_after_its_task_ends(store, tmp_path):
+    """A shard task of r1 holds its copy (handed over, maybe not mapped yet). On the same
+    machine build_graph of r1 is rerun with other bytes and a task downloads them, then a task
+    of r2 downloads r2's graph: each removes the copies no task holds, and r1's first copy,
+    still in use, stays whole. Once its task ends, the next download removes it."""
+    cache = tmp_path / "worker" / "cache"
+    runs = ("r1", "r2")
+    builder = {run_id: RunPaths.create(tmp_path / "builder", DATE, run_id) for run_id in runs}
+    worker = {run_id: RunPaths.create(tmp_path / "worker", DATE, run_id) for run_id in runs}
+    write(builder["r1"], graph_files(b"1"))
+    store.push(builder["r1"], GRAPH)
+    with local_graph(store, worker["r1"], cache) as first:
+        write(builder["r1"], graph_files(b"one"))
+        store.push(builder["r1"], GRAPH)
+        rebuilt = use(store, worker["r1"], cache)
+        assert rebuilt.downloaded and rebuilt.checksum != first.checksum
+        write(builder["r2"], graph_files(b"2"))
+        store.push(builder["r2"], GRAPH)
+        use(store, worker["r2"], cache)
+        assert (first.graph_dir / "indices.npy").read_bytes() == b"1" * 1000
+        assert not rebuilt.graph_dir.exists()  # nobody used it: removed by r2's download
+        assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r1", "r2"]
+    write(builder["r2"], graph_files(b"two"))
+    store.push(builder["r2"], GRAPH)
+    use(store, worker["r2"], cache)
+    assert sorted(p.name for p in (cache / DATE).iterdir()) == ["r2"]
+    assert [p.name for p in (cache / DATE / "r2").iterdir() if p.is_dir()] == [
+        use(store, worker["r2"], cache).checksum[:32]
+    ]
 
 
 def test_an_attempt_the_shard_lock_refuses_leaves_the_store_as_it_was(store, tmp_path, monkeypatch):
@@ -374,3 +414,17 @@ def test_a_rerun_with_the_same_bytes_uploads_nothing_again(store, tmp_path, monk
             pass
     assert uploads == [4]
     assert store.marker(a, SNAPSHOT) is not None
+
+
+def test_a_file_url_is_the_folder_it_names(tmp_path):
+    """``file://`` URLs are percent-encoded (RFC 8089): ``Path.as_uri()`` of a folder with a
+    space gives ``.../shared%20volume``, and the store's files land in ``shared volume``, not in a
+    folder named with the escape."""
+    folder = tmp_path / "shared volume"
+    paths = machine(tmp_path, "a")
+    write(paths, SNAPSHOT_FILES)
+    RunStore(folder.as_uri()).push(paths, SNAPSHOT)
+    assert (folder / "runs" / DATE / RUN_ID / "snapshot" / "users.parquet").read_bytes() == (
+        b"users" * 100
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "shared volume"]

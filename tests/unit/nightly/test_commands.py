@@ -250,3 +250,68 @@ def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
         holder.wait()
     code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
+
+
+def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monkeypatch):
+    """With a run store (a shared folder): night_1..4 published, rolled back to night_2, each
+    night's snapshot pushed with its files dated its night; a run of an old date that only
+    another machine ran, dated then too; one of an old date pushed yesterday (a backfill
+    elsewhere); one with only a damaged marker. gc --dry-run lists night_3, night_4, the other
+    machine's old run and the damaged one (it dates nothing) and removes nothing; gc removes
+    them, markers and files, keeps CURRENT's and its predecessor's runs and the backfill; a
+    second gc has nothing left to remove."""
+    from recs.nightly import artifacts
+    from recs.nightly.artifacts import SNAPSHOT, RunStore
+    from recs.nightly.runs import RunPaths
+
+    home = tmp_path / "home"
+    url = (tmp_path / "run store").as_uri()
+    store = RunStore(url)
+
+    def pushed(paths, day: dt.date) -> None:
+        if not paths.snapshot_manifest.exists():
+            paths.snapshot_manifest.parent.mkdir(parents=True)
+            paths.snapshot_manifest.write_text("{}")
+        stamp = dt.datetime.combine(day, dt.time(12), dt.UTC).timestamp()
+        for path in paths.snapshot_dir.rglob("*"):  # the files as their night wrote them
+            os.utime(path, (stamp, stamp))
+        store.push(paths, SNAPSHOT)
+
+    for day in (1, 2, 3, 4):
+        paths, settings = night(home, day)
+        validate_run(paths, settings)
+        publish_run(paths, settings)
+        pushed(paths, dt.date(2026, 11, day))
+    rollback(settings, to="night_2")
+    pushed(RunPaths.create(tmp_path / "other", dt.date(2026, 11, 5), "elsewhere"),
+           dt.date(2026, 11, 5))  # fmt: skip
+    pushed(RunPaths.create(tmp_path / "other", dt.date(2026, 11, 6), "backfill"),
+           dt.date(2026, 11, 30))  # fmt: skip
+    damaged = tmp_path / "run store" / "runs" / "2026-11-07" / "broken" / ".parts"
+    damaged.mkdir(parents=True)
+    (damaged / "snapshot.json").write_text('{"format": 1, "files": ')
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    artifacts._open.cache_clear()
+
+    def in_store() -> list[str]:
+        return [f"{date}/{run_id}" for date, run_id in store.runs()]
+
+    everything = in_store()
+    assert len(everything) == 7
+    expected = ["2026-11-03/night_3", "2026-11-04/night_4", "2026-11-05/elsewhere",
+                "2026-11-07/broken"]  # fmt: skip
+    code, out, err = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"]["run_store"] == expected and in_store() == everything
+    code, out, err = recs("gc", "--today", "2026-12-01")
+    assert code == 0, err
+    assert [line for line in out.splitlines() if "run_store" in line] == [
+        f"removed run_store/{name}" for name in expected
+    ]
+    assert in_store() == ["2026-11-01/night_1", "2026-11-02/night_2", "2026-11-06/backfill"]
+    assert not (tmp_path / "run store" / "runs" / "2026-11-03" / "night_3").exists()
+    night_2 = RunPaths.create(tmp_path / "fresh", dt.date(2026, 11, 2), "night_2")
+    assert store.marker(night_2, SNAPSHOT) is not None  # what is kept is whole
+    code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["run_store"] == []
+    artifacts._open.cache_clear()
