@@ -70,6 +70,8 @@ log = logging.getLogger("recs.nightly.artifacts")
 MARKERS = ".parts"
 """The folder of a run in the store that holds its parts' markers."""
 MARKER_FORMAT = 1
+CURRENT = "published/CURRENT"
+"""Where the store records the run id ``CURRENT`` names (the versions stay under ``home``)."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,23 @@ class RunStore:
 
     def _run_root(self, date: str, run_id: str) -> str:
         return f"{self.root}/runs/{date}/{run_id}"
+
+    # --- the published pointer (``publish``, ``validation``) ---------------------------------
+
+    def current(self) -> str | None:
+        """The run id ``CURRENT`` named where it was last switched (``published/CURRENT`` in
+        the store, rewritten by every switch), or None if it never was."""
+        try:
+            raw = self._io("read CURRENT", self.fs.cat_file, f"{self.root}/{CURRENT}",
+                           missing_ok=True)  # fmt: skip
+        except FileNotFoundError:
+            return None
+        return raw.decode().strip() or None
+
+    def set_current(self, run_id: str) -> None:
+        """Record the switch of ``CURRENT`` to ``run_id`` (one object, replaced whole)."""
+        self._io("write CURRENT", self.fs.pipe_file, f"{self.root}/{CURRENT}",
+                 f"{run_id}\n".encode())  # fmt: skip
 
     # --- whole runs (``recs gc``: ``retention``) ---------------------------------------------
 

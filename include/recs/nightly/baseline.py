@@ -5,7 +5,9 @@ rows in the shards a run computed, under the run's shard function: from the vers
 when the shard counts agree, otherwise from the ``user_id`` column of its files (re-sharded by
 ``recs.sharding.shard_expr``). Nothing to compare with (nothing published, a damaged version,
 or no lists in those shards) is an answer too: ``None`` and the reason, which the gate records
-as a skipped check rather than passing it silently.
+as a skipped check rather than passing it silently -- except when a run store records that
+``CURRENT`` names a version while this machine's ``published/`` has no ``CURRENT``: that is a
+worker which cannot see ``published/``, and the gate errors instead of comparing with nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from recs.errors import RunNotFoundError
+from recs.errors import RunNotFoundError, ValidationEngineError
 from recs.published import check_version, current_version, shard_file
 from recs.sharding import shard_expr
 
@@ -38,6 +40,7 @@ def replaced_version(
     published_dir = Path(published_dir)
     name = current_version(published_dir)
     if name is None:
+        _refuse_unseen_current(published_dir)
         return None, "nothing is published yet: no version to compare with"
     try:
         manifest = check_version(published_dir, name)
@@ -53,6 +56,22 @@ def replaced_version(
     if users == 0:
         return None, f"the version {name} has no users with lists in shards {sorted(wanted)}"
     return ReplacedVersion(run_id=name, users=users, rows=rows), None
+
+
+def _refuse_unseen_current(published_dir: Path) -> None:
+    """Raise ``ValidationEngineError`` when a run store records that ``CURRENT`` names a version
+    but ``published_dir`` here has none: this machine does not see ``published/``, and
+    comparing with nothing would skip the change checks as on a first night."""
+    from recs.nightly.artifacts import run_store
+
+    store = run_store()
+    named = store.current() if store is not None else None
+    if named is not None:
+        raise ValidationEngineError(
+            f"the change checks compare with {named}, the version CURRENT names (recorded in "
+            f"the run store {store.url}), but {published_dir} here has no CURRENT: run "
+            "validate_run where published/ is (RECS_HOME on storage every worker shares)"
+        )
 
 
 def _resharded_counts(

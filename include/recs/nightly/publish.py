@@ -44,11 +44,13 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
+    RunStoreError,
     ValidationEngineError,
     ValidationFailedError,
 )
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
+from recs.nightly.artifacts import run_store
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -444,9 +446,19 @@ def _empty_dir(path: Path) -> Path:
 
 
 def _write_current(published_dir: Path, run_id: str) -> None:
-    """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one."""
+    """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one.
+    With a run store, record the switch there too (``artifacts.RunStore.set_current``), so a
+    gate on a machine that does not see ``published/`` fails instead of comparing with nothing;
+    if that write fails the switch stands, with a warning (the gate compares with the local
+    ``CURRENT`` wherever it is visible)."""
     with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
+    try:
+        store = run_store()
+        if store is not None:
+            store.set_current(run_id)
+    except RunStoreError as error:
+        log.warning("CURRENT names %s, but the run store was not told: %s", run_id, error)
 
 
 @contextmanager

@@ -315,3 +315,35 @@ def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monk
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["run_store"] == []
     artifacts._open.cache_clear()
+
+
+def test_a_gate_that_cannot_see_published_errors_instead_of_skipping(tmp_path, monkeypatch):
+    """Run store set. Machine a publishes night_1: the store records CURRENT. night_2's gate on
+    machine b, whose RECS_HOME has no published/, must not skip the change checks as on a first
+    night (a vacuous pass): it errors, naming night_1 and the folder. On machine a, which sees
+    published/, the same night passes and is compared with night_1. Without a run store, b's
+    gate is a first night (nothing recorded anywhere)."""
+    from recs.errors import ValidationEngineError
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    try:
+        paths, settings = night(tmp_path / "a", 1)
+        validate_run(paths, settings)
+        publish_run(paths, settings)
+        assert artifacts.RunStore(url).current() == "night_1"
+        paths_b, settings_b = night(tmp_path / "b", 2)
+        with pytest.raises(ValidationEngineError, match="compare with night_1") as raised:
+            validate_run(paths_b, settings_b)
+        assert str(tmp_path / "b" / "published") in str(raised.value)
+        paths_a, settings_a = night(tmp_path / "a", 2)
+        assert validate_run(paths_a, settings_a)["compared_with"] == "night_1"
+        monkeypatch.delenv("RECS_RUN_STORE_URL")
+        get_settings.cache_clear()
+        assert validate_run(paths_b, settings_b)["compared_with"] is None
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
