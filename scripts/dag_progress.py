@@ -21,8 +21,16 @@ from pathlib import Path
 EVENT = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+) map_index=(-?\d+)")
 
 
+MAPPED_OVER = {"validate_shards": "group"}
+"""What a mapped task's index counts, where it is not a shard (the gate's groups of shards)."""
+
+
 def label(task_id: str, map_index: str) -> str:
-    return task_id if map_index == "-1" else f"{task_id}[shard-{int(map_index):03d}]"
+    """``traverse_shard[shard-003]``, ``validate_shards[group-001]``; the id of a task that is
+    not mapped."""
+    if map_index == "-1":
+        return task_id
+    return f"{task_id}[{MAPPED_OVER.get(task_id, 'shard')}-{int(map_index):03d}]"
 
 
 def main(argv: list[str]) -> int:

@@ -211,6 +211,10 @@ def gc(
         )
 
     emit(result, as_json, render)
+    if result.get("run_store_error"):  # the local retention is done; the store's is not
+        from recs.errors import RunStoreError
+
+        raise RunStoreError(result["run_store_error"])
 
 
 runs_app = typer.Typer(

@@ -34,8 +34,11 @@ The contract, atomic from a reader's point of view:
   holds it in use until the task ends).
 
 The run and shard ``flock``s stay local (``locks.py``): across machines, Airflow runs one
-instance of a task at a time. Retained snapshots (``<home>/snapshots/``) and published versions
-(``<home>/published/``) are not run artifacts and stay under ``home``.
+instance of a task at a time. Retained snapshots are not run artifacts: they live under
+``<home>/snapshots/`` and are copied whole to and from ``<store>/snapshots/<date>/`` by
+``retained`` (``RunStore.run_root`` of a ``retained.RetainedFolder``). Published versions stay
+under ``<home>/published/``; the store only records which one ``CURRENT`` names
+(``RunStore.current``), so a gate that cannot see them errors.
 
 Sources: fsspec's ``url_to_fs``, ``put``, ``get``, ``pipe_file``, ``cat_file``, ``mv``, ``rm``
 (filesystem-spec.readthedocs.io, API reference); an object store replaces an object whole on
@@ -45,6 +48,7 @@ written last makes a part visible at once and never half.
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import hashlib
 import json
@@ -58,7 +62,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
@@ -109,6 +113,30 @@ def gate_part(shard_id: int) -> Part:
     return Part(f"gate_shard_id={shard_id:03d}", (f"validation/shards/shard_id={shard_id:03d}",))
 
 
+def _file_url_path(url: str) -> str:
+    """The path of a ``file:`` URL (RFC 8089: percent-encoded, host empty or ``localhost``; fsspec
+    would keep the escapes and read a host as a relative folder). Raises ``RunStoreError``."""
+    parsed = urlparse(url)
+    if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+        raise RunStoreError(
+            f"unusable run store {url!r} (RECS_RUN_STORE_URL): a file URL names a folder of this "
+            "machine, file:///path (a shared volume mounted at the same path on every worker)"
+        )
+    return unquote(parsed.path)
+
+
+def _modified(info: dict[str, Any]) -> float:
+    """An fsspec listing entry's modification time (local ``mtime``, S3 ``LastModified``, the
+    memory filesystem's ``created``), epoch seconds; now if it has none."""
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(key)
+        if isinstance(value, dt.datetime):
+            return value.timestamp()
+        if isinstance(value, int | float):
+            return float(value)
+    return dt.datetime.now(dt.UTC).timestamp()
+
+
 def _first_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text[:300]
@@ -126,8 +154,8 @@ class RunStore:
         protocol = split_protocol(url)[0]
         if protocol in (None, "file", "local"):
             options.setdefault("auto_mkdir", True)  # a shared volume: make parent folders
-        if protocol == "file":  # a file URI's path is percent-encoded (RFC 8089); fsspec keeps it
-            url = f"file://{unquote(url.removeprefix('file://'))}"
+        if protocol == "file":
+            url = f"file://{_file_url_path(url)}"
         try:
             self.fs, root = url_to_fs(url, **options)
         except (ValueError, ImportError, TypeError) as error:
@@ -162,6 +190,9 @@ class RunStore:
     # --- where things are -----------------------------------------------------------------
 
     def run_root(self, paths: RunPaths) -> str:
+        folder = getattr(paths, "store_folder", None)  # not a run: retained.RetainedFolder
+        if folder is not None:
+            return f"{self.root}/{folder}"
         return self._run_root(paths.snapshot_date.isoformat(), paths.run_id)
 
     def _run_root(self, date: str, run_id: str) -> str:
@@ -180,19 +211,23 @@ class RunStore:
         return raw.decode().strip() or None
 
     def set_current(self, run_id: str) -> None:
-        """Record the switch of ``CURRENT`` to ``run_id`` (one object, replaced whole)."""
-        self._io("write CURRENT", self.fs.pipe_file, f"{self.root}/{CURRENT}",
-                 f"{run_id}\n".encode())  # fmt: skip
+        """Record the switch of ``CURRENT`` to ``run_id``: written aside, then moved over the
+        record, so a reader sees the old name or the new one (as the markers)."""
+        final = f"{self.root}/{CURRENT}"
+        staged = f"{final.rsplit('/', 1)[0]}/{staging_name('CURRENT', '.tmp')}"
+        self._io("write CURRENT", self.fs.pipe_file, staged, f"{run_id}\n".encode())
+        self._io("write CURRENT", self.fs.mv, staged, final)
 
     # --- whole runs (``recs gc``: ``retention``) ---------------------------------------------
 
     def runs(self) -> list[tuple[str, str]]:
         """``(date folder, run_id)`` of every run in the store, sorted."""
-        found = []
-        for date in self._io("list the runs", self._folders, f"{self.root}/runs"):
-            found += [(date, run_id) for run_id in self._io("list the runs", self._folders,
-                                                             f"{self.root}/runs/{date}")]
-        return sorted(found)
+        return sorted((date, run_id) for date in self.folders("runs")
+                      for run_id in self.folders(f"runs/{date}"))  # fmt: skip
+
+    def folders(self, relative: str) -> list[str]:
+        """The names of the folders directly under ``relative`` (to the store's root)."""
+        return self._io("list the runs", self._folders, f"{self.root}/{relative}")
 
     def _folders(self, path: str) -> list[str]:
         if not self.fs.exists(path):
@@ -200,27 +235,22 @@ class RunStore:
         return [e["name"].rstrip("/").rsplit("/", 1)[-1]
                 for e in self.fs.ls(path, detail=True) if e["type"] == "directory"]  # fmt: skip
 
-    def last_written(self, date: str, run_id: str) -> float | None:
-        """When a file of the run was last written (its writer's mtime, epoch seconds), from its
-        markers; None when it has none (nothing of it is trusted)."""
-        root = f"{self._run_root(date, run_id)}/{MARKERS}"
-        newest = None
-        paths = self._io("list the markers", self.fs.glob, f"{root}/*.json")
-        for raw in self._io("read the markers", self.fs.cat, paths).values() if paths else ():
-            try:
-                stamps = [e["mtime_ns"] / 1e9 for e in json.loads(raw)["files"].values()]
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a damaged marker tells nothing
-            newest = max([*stamps, newest or 0.0])
-        return newest
+    def last_changed(self, relative: str) -> float | None:
+        """When an object under ``relative`` (a run's or a snapshot's folder) was last written to
+        the store (epoch seconds, the store's own times: an upload in progress counts, markers or
+        not); None when nothing is there. An object whose store gives no time counts as now."""
+        path = f"{self.root}/{relative}"
+        found = self._io("list", self.fs.find, path, None, False, True) if self._io(
+            "look up", self.fs.exists, path) else {}  # fmt: skip
+        return max((_modified(info) for info in found.values()), default=None)
 
-    def remove_run(self, date: str, run_id: str) -> None:
-        """Remove the run's folder, markers first (a reader never trusts a half-removed part)."""
-        root = self._run_root(date, run_id)
-        if self._io("look up", self.fs.exists, f"{root}/{MARKERS}"):
-            self._io(f"remove {date}/{run_id}", self.fs.rm, f"{root}/{MARKERS}", True)
-        if self._io("look up", self.fs.exists, root):
-            self._io(f"remove {date}/{run_id}", self.fs.rm, root, True)
+    def remove(self, relative: str) -> None:
+        """Remove the folder ``relative`` (a run's, a retained snapshot's), markers first (a
+        reader never trusts a half-removed part)."""
+        root = f"{self.root}/{relative}"
+        for path in (f"{root}/{MARKERS}", root):
+            if self._io("look up", self.fs.exists, path):
+                self._io(f"remove {relative}", self.fs.rm, path, True)
 
     def remote(self, paths: RunPaths, relative: str) -> str:
         return f"{self.run_root(paths)}/{relative}"
@@ -280,7 +310,10 @@ class RunStore:
         if previous is None:
             previous = (self.marker(paths, part) or {}).get("files", {})
         self.forget(paths, part)  # from here until the marker is back, the part is not trusted
-        upload = [r for r, entry in entries.items() if not _same_content(previous.get(r), entry)]
+        prefix = len(self.run_root(paths)) + 1
+        held = {p[prefix:] for p in self._remote_files(paths, part)}  # a file gone meanwhile
+        upload = [r for r, entry in entries.items()
+                  if r not in held or not _same_content(previous.get(r), entry)]  # fmt: skip
         if upload:
             self._io(
                 f"upload {part.name}",
@@ -288,8 +321,7 @@ class RunStore:
                 [str(local[r]) for r in upload],
                 [self.remote(paths, r) for r in upload],
             )
-        prefix = len(self.run_root(paths)) + 1
-        stale = [p for p in self._remote_files(paths, part) if p[prefix:] not in entries]
+        stale = [f"{self.run_root(paths)}/{r}" for r in sorted(held - set(entries))]
         if stale:
             self._io(f"remove stale files of {part.name}", self.fs.rm, stale)
         document = {

@@ -6,8 +6,8 @@ when the shard counts agree, otherwise from the ``user_id`` column of its files 
 ``recs.sharding.shard_expr``). Nothing to compare with (nothing published, a damaged version,
 or no lists in those shards) is an answer too: ``None`` and the reason, which the gate records
 as a skipped check rather than passing it silently -- except when a run store records that
-``CURRENT`` names a version while this machine's ``published/`` has no ``CURRENT``: that is a
-worker which cannot see ``published/``, and the gate errors instead of comparing with nothing.
+``CURRENT`` names another version than this machine's ``published/`` does (or it has none):
+that is a worker which does not see the served ``published/``, and the gate errors instead.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def replaced_version(
     """
     published_dir = Path(published_dir)
     name = current_version(published_dir)
+    _refuse_unseen_current(published_dir, name)
     if name is None:
-        _refuse_unseen_current(published_dir)
         return None, "nothing is published yet: no version to compare with"
     try:
         manifest = check_version(published_dir, name)
@@ -58,19 +58,20 @@ def replaced_version(
     return ReplacedVersion(run_id=name, users=users, rows=rows), None
 
 
-def _refuse_unseen_current(published_dir: Path) -> None:
+def _refuse_unseen_current(published_dir: Path, name: str | None) -> None:
     """Raise ``ValidationEngineError`` when a run store records that ``CURRENT`` names a version
-    but ``published_dir`` here has none: this machine does not see ``published/``, and
-    comparing with nothing would skip the change checks as on a first night."""
+    other than ``name``, the one ``published_dir`` here names (None: none): this machine does
+    not see the ``published/`` the API serves (or sees a stale copy of it), and comparing with
+    nothing, or with another version, would decide the change checks wrongly."""
     from recs.nightly.artifacts import run_store
 
     store = run_store()
-    named = store.current() if store is not None else None
-    if named is not None:
+    recorded = store.current() if store is not None else None
+    if recorded is not None and recorded != name:
+        here = f"names {name}" if name else "has no CURRENT"
         raise ValidationEngineError(
-            f"the change checks compare with {named}, the version CURRENT names (recorded in "
-            f"the run store {store.url}), but {published_dir} here has no CURRENT: run "
-            "validate_run where published/ is (RECS_HOME on storage every worker shares)"
+            f"run validate_run where published/ is: the run store records CURRENT = {recorded} "
+            f"(the change checks compare with it), {published_dir} here {here}"
         )
 
 

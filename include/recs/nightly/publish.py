@@ -44,7 +44,6 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
-    RunStoreError,
     ValidationEngineError,
     ValidationFailedError,
 )
@@ -210,6 +209,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         if target != current:
             _write_current(published_dir, target)
             history.record(published_dir, "rollback", target, current, current=True)
+        else:  # recorded again: how a deployment that just set a run store records CURRENT
+            _record_in_run_store(target)
     return {"run_id": target, "previous": current, "changed": target != current}
 
 
@@ -447,18 +448,19 @@ def _empty_dir(path: Path) -> Path:
 
 def _write_current(published_dir: Path, run_id: str) -> None:
     """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one.
-    With a run store, record the switch there too (``artifacts.RunStore.set_current``), so a
-    gate on a machine that does not see ``published/`` fails instead of comparing with nothing;
-    if that write fails the switch stands, with a warning (the gate compares with the local
-    ``CURRENT`` wherever it is visible)."""
+    With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
+    and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
+    behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
+    comparing with nothing (``baseline``)."""
+    _record_in_run_store(run_id)
     with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
-    try:
-        store = run_store()
-        if store is not None:
-            store.set_current(run_id)
-    except RunStoreError as error:
-        log.warning("CURRENT names %s, but the run store was not told: %s", run_id, error)
+
+
+def _record_in_run_store(run_id: str) -> None:
+    store = run_store()
+    if store is not None:
+        store.set_current(run_id)
 
 
 @contextmanager

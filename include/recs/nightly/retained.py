@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ import pyarrow.parquet as pq
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
 from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
-from recs.files import read_json, staging_name, write_json
+from recs.files import read_json, sha256_file, staging_name, write_json
+from recs.nightly.artifacts import Part, run_store
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
 from recs.sharding import shard_expr
@@ -387,6 +389,77 @@ def spill_folder(beside: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RetainedFolder:
+    """A date's retained snapshot as the run store moves a run's files (``artifacts``):
+    ``<home>/snapshots/<date>/`` here, ``<store>/snapshots/<date>/`` there."""
+
+    run_dir: Path
+    snapshot_date: dt.date
+    run_id: str = "retained snapshot"  # named in the store's messages
+
+    @property
+    def store_folder(self) -> str:
+        return f"snapshots/{self.snapshot_date.isoformat()}"
+
+
+def _retained_part() -> Part:
+    tables = [f"{name}.parquet" for name in SNAPSHOT_SCHEMAS if name != "follow_edges"]
+    return Part("retained", (*tables, "follow_edges", MANIFEST))
+
+
+def from_run_store(home: Path, day: dt.date) -> bool:
+    """With a run store holding the date's retained snapshot, and none here or another one
+    (another worker froze or rebuilt it): download it whole into a staging folder, swapped in
+    under the date's lock; True if it did. So a backfill on any worker reuses the date's rows
+    as the machine that last froze them made them. Raises ``RunStoreError``,
+    ``ArtifactNotFoundError`` (a file changed while it was read)."""
+    store = run_store()
+    if store is None:
+        return False
+    target = folder(home, day)
+    with _date_lock(target):
+        where = RetainedFolder(target, day)
+        document = store.marker(where, _retained_part())
+        if document is None or _held_manifest(document) == _local_manifest(target):
+            return False
+        staging = target.with_name(staging_name(target.name, ".partial"))
+        try:
+            store.fetch(where, document["files"], staging)
+            _swap_in(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    log.info("retained snapshot %s downloaded from the run store %s", target, store.url)
+    return True
+
+
+def to_run_store(home: Path, day: dt.date, *, replace: bool) -> None:
+    """With a run store: push the date's retained snapshot there if the store has none, or if
+    ``replace`` (this machine just froze or rebuilt it) and the store holds another one; under
+    the date's lock. A machine reusing an older copy never overwrites a newer freeze. Raises
+    ``RunStoreError``."""
+    store = run_store()
+    if store is None:
+        return
+    target = folder(home, day)
+    with _date_lock(target):
+        local = _local_manifest(target)
+        if local is None:
+            return
+        where = RetainedFolder(target, day)
+        document = store.marker(where, _retained_part())
+        if document is None or (replace and _held_manifest(document) != local):
+            store.push(where, _retained_part())
+
+
+def _held_manifest(document: dict[str, Any]) -> str | None:
+    return document["files"].get(MANIFEST, {}).get("sha256")
+
+
+def _local_manifest(target: Path) -> str | None:
+    return sha256_file(target / MANIFEST) if is_complete(target) else None
 
 
 def _swap_in(staging: Path, target: Path) -> None:

@@ -10,10 +10,14 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
 - ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``.
-- With a run store (``RECS_RUN_STORE_URL``, ``artifacts``): its ``runs/<date>/<run_id>/`` by the
-  rule of local runs, "changed" read from its markers (the newest file a stage pushed; a run
-  with no marker holds nothing a stage trusts), markers removed first. Kept likewise: the runs
-  of ``CURRENT`` and its predecessor, and a run whose local folder here is in progress.
+- With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
+  by the rule of local runs, "changed" from the store's own modification times (an upload in
+  progress, marker or not, is recent), markers removed first; kept likewise the runs of
+  ``CURRENT`` and its predecessor and a run whose local folder here is in progress; none at all
+  when the store records a ``CURRENT`` other than this machine's (``RunStore.current``: then
+  this machine cannot tell which runs back it). Its ``snapshots/<date>/``
+  (``retained.to_run_store``) by the rule of local snapshots, and not while written. A store
+  that fails leaves the local retention done and is reported (``run_store_error``).
 
 "Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
 ``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
@@ -23,17 +27,20 @@ what would go and removes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from recs.config import Settings
-from recs.errors import CorruptFileError, RunNotFoundError
+from recs.errors import CorruptFileError, RunNotFoundError, RunStoreError
 from recs.nightly import history
 from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
 from recs.published import current_version, version_manifest
+
+log = logging.getLogger("recs.nightly.retention")
 
 
 def collect_garbage(
@@ -42,9 +49,9 @@ def collect_garbage(
     """Apply the retention settings under ``settings.home`` (module docstring).
 
     Returns ``{"today", "dry_run", "kept": {"current", "predecessor"}, "removed":
-    {"published": [run_id], "runs": ["<date>/<run_id>"], "run_store": ["<date>/<run_id>"],
-    "snapshots": ["<date>"]}}`` (with ``dry_run``, what would be removed). Raises nothing for
-    missing folders; ``RunStoreError`` for a run store that fails.
+    {"published": [run_id], "runs": ["<date>/<run_id>"], "run_store": ["runs/<date>/<run_id>",
+    "snapshots/<date>"], "snapshots": ["<date>"]}}`` (with ``dry_run``, what would be
+    removed). Raises nothing for missing folders; ``RunStoreError`` for a run store that fails.
     """
     today = today or dt.datetime.now(dt.UTC).date()
     published_dir = Path(settings.published_dir)
@@ -82,29 +89,37 @@ def collect_garbage(
         if not dry_run and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
-    removed["run_store"] = _prune_run_store(
-        settings, run_cutoff, changed_cutoff, backing, dry_run=dry_run
-    )
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
     for date_dir in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff):
-        runs_of_date = Path(settings.runs_dir) / date_dir.name
-        if runs_of_date.is_dir() and any(in_progress(p) for p in runs_of_date.iterdir()):
+        if _backfill_running(settings, date_dir.name):
             continue  # a backfill of that date is running: its rerun would need it again
         removed["snapshots"].append(date_dir.name)
         if not dry_run:
             shutil.rmtree(date_dir)
 
-    return {
+    document = {
         "today": today.isoformat(),
         "dry_run": dry_run,
         "kept": {"current": current, "predecessor": predecessor},
         "removed": removed,
     }
+    try:  # last: a store that fails does not stop the local retention
+        removed["run_store"] = _prune_run_store(
+            settings, current, run_cutoff, changed_cutoff, backing, dry_run=dry_run
+        )
+        snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
+        removed["run_store"] += _prune_store_snapshots(
+            settings, snapshot_cutoff, snapshots_changed, dry_run=dry_run
+        )
+    except RunStoreError as error:
+        document["run_store_error"] = str(error)
+    return document
 
 
 def _prune_run_store(
     settings: Settings,
+    current: str | None,
     cutoff: dt.date,
     changed_cutoff: float,
     backing: set[tuple[str, str]],
@@ -112,26 +127,66 @@ def _prune_run_store(
     dry_run: bool,
 ) -> list[str]:
     """Remove the run store's runs the retention no longer keeps (module docstring); returns
-    ``["<date>/<run_id>"]``."""
+    ``["runs/<date>/<run_id>"]``. Nothing goes when the store records a ``CURRENT`` that this
+    machine's ``published/`` does not name (it cannot tell which runs back the served version
+    and its rollback target). Raises ``RunStoreError``."""
+    from recs.nightly.artifacts import store_for
+
+    store = store_for(settings)
+    if store is None:
+        return []
+    recorded = store.current()
+    if recorded is not None and recorded != current:
+        log.warning(
+            "run store %s: not pruning its runs: it records CURRENT = %s, this machine's "
+            "published/ names %s (run recs gc where published/ is)", store.url, recorded, current,
+        )
+        return []
+    removed = []
+    for date, run_id in store.runs():
+        relative = f"runs/{date}/{run_id}"
+        if date not in _dates_before([date], cutoff):
+            continue
+        if (date, run_id) in backing or ("*", run_id) in backing:
+            continue
+        if (store.last_changed(relative) or 0.0) > changed_cutoff:
+            continue  # an old date worked on lately (a backfill), or an upload in progress
+        if in_progress(Path(settings.runs_dir) / date / run_id):
+            continue
+        removed.append(relative)
+        if not dry_run:
+            store.remove(relative)
+    return removed
+
+
+def _prune_store_snapshots(
+    settings: Settings, cutoff: dt.date, changed_cutoff: float, *, dry_run: bool
+) -> list[str]:
+    """Remove the run store's retained snapshots dated before ``cutoff`` and not written since
+    ``changed_cutoff`` (a rebuild of an old date being pushed), except a date a backfill here is
+    running (module docstring); returns ``["snapshots/<date>"]``. Raises ``RunStoreError``."""
     from recs.nightly.artifacts import store_for
 
     store = store_for(settings)
     if store is None:
         return []
     removed = []
-    for date, run_id in store.runs():
-        if date not in _dates_before([date], cutoff):
+    for date in _dates_before(store.folders("snapshots"), cutoff):
+        relative = f"snapshots/{date}"
+        if _backfill_running(settings, date) or (
+            store.last_changed(relative) or 0.0
+        ) > changed_cutoff:
             continue
-        if (date, run_id) in backing or ("*", run_id) in backing:
-            continue
-        if (store.last_written(date, run_id) or 0.0) > changed_cutoff:
-            continue  # an old date worked on lately (a backfill)
-        if in_progress(Path(settings.runs_dir) / date / run_id):
-            continue
-        removed.append(f"{date}/{run_id}")
+        removed.append(relative)
         if not dry_run:
-            store.remove_run(date, run_id)
+            store.remove(relative)
     return removed
+
+
+def _backfill_running(settings: Settings, date: str) -> bool:
+    """Whether a run of ``date`` here is in progress (its rerun would need the snapshot)."""
+    runs_of_date = Path(settings.runs_dir) / date
+    return runs_of_date.is_dir() and any(in_progress(p) for p in runs_of_date.iterdir())
 
 
 def _backing_runs(published_dir: Path, names: set[str]) -> set[tuple[str, str]]:

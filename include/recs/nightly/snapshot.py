@@ -5,7 +5,9 @@ the DAG run's data interval. A snapshot holds only what existed by then. Where i
 
 1. **Retained**: ``<home>/snapshots/<date>/`` exists (``retained.py``) → reused, byte for byte
    (hard links), so a retry, a rerun or a backfill of that date reads the same rows and only
-   recomputes what follows with today's code and settings.
+   recomputes what follows with today's code and settings. With a run store, the date as the
+   store holds it (the last freeze or rebuild of it on any worker) is downloaded first when this
+   machine has none or another one, and a date frozen here is pushed to it.
 2. **The live store**, read in one consistent transaction (``recs.store.readers``), filtered to
    the rows created by the cut-off, and retained for the next runs of that date. Allowed when
    the store has nothing newer than the cut-off plus ``snapshot_max_lag_hours`` (its newest
@@ -75,6 +77,8 @@ def freeze_snapshot(
     with run_lock(paths):
         frozen = retained.folder(paths.home, paths.snapshot_date)
         standby = None
+        if not rebuild:
+            retained.from_run_store(paths.home, paths.snapshot_date)  # frozen by another worker
         if rebuild or not retained.is_complete(frozen):
             kind = "rebuilt" if rebuild else "live_store"
             standby = retained.freeze(
@@ -83,6 +87,7 @@ def freeze_snapshot(
         else:
             kind = "retained"
             log.info("reusing the retained snapshot %s", frozen)
+        retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
         document = retained.manifest(frozen)
         plan = plan_for(
             retained.eligible_users(frozen, paths.as_of, settings.eligibility_window_days),

@@ -419,7 +419,9 @@ def test_a_rerun_with_the_same_bytes_uploads_nothing_again(store, tmp_path, monk
 def test_a_file_url_is_the_folder_it_names(tmp_path):
     """``file://`` URLs are percent-encoded (RFC 8089): ``Path.as_uri()`` of a folder with a
     space gives ``.../shared%20volume``, and the store's files land in ``shared volume``, not in a
-    folder named with the escape."""
+    folder named with the escape. ``file://localhost/...`` is the same folder; a URL naming
+    another host, or no path, is refused in one line (fsspec would take the host for a
+    folder relative to the working directory, a different one on each worker)."""
     folder = tmp_path / "shared volume"
     paths = machine(tmp_path, "a")
     write(paths, SNAPSHOT_FILES)
@@ -428,3 +430,7 @@ def test_a_file_url_is_the_folder_it_names(tmp_path):
         b"users" * 100
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "shared volume"]
+    assert RunStore(f"file://localhost{folder.as_uri()[7:]}").root == str(folder)
+    for url in ("file://fileserver/exports/runs", "file://localhost"):
+        with pytest.raises(RunStoreError, match="a file URL names a folder of this machine"):
+            RunStore(url)

@@ -254,10 +254,10 @@ def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
 
 def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monkeypatch):
     """With a run store (a shared folder): night_1..4 published, rolled back to night_2, each
-    night's snapshot pushed with its files dated its night; a run of an old date that only
-    another machine ran, dated then too; one of an old date pushed yesterday (a backfill
-    elsewhere); one with only a damaged marker. gc --dry-run lists night_3, night_4, the other
-    machine's old run and the damaged one (it dates nothing) and removes nothing; gc removes
+    night's snapshot pushed, its objects in the store dated its night; a run of an old date that
+    only another machine ran, dated then too; one of an old date pushed yesterday (a backfill
+    elsewhere); one with only a damaged marker, dated its old date. gc --dry-run lists night_3,
+    night_4, the other machine's old run and the damaged one and removes nothing; gc removes
     them, markers and files, keeps CURRENT's and its predecessor's runs and the backfill; a
     second gc has nothing left to remove."""
     from recs.nightly import artifacts
@@ -272,10 +272,14 @@ def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monk
         if not paths.snapshot_manifest.exists():
             paths.snapshot_manifest.parent.mkdir(parents=True)
             paths.snapshot_manifest.write_text("{}")
-        stamp = dt.datetime.combine(day, dt.time(12), dt.UTC).timestamp()
-        for path in paths.snapshot_dir.rglob("*"):  # the files as their night wrote them
-            os.utime(path, (stamp, stamp))
         store.push(paths, SNAPSHOT)
+        dated(tmp_path / "run store" / "runs" / paths.snapshot_date.isoformat() / paths.run_id,
+              day)  # fmt: skip
+
+    def dated(folder, day: dt.date) -> None:  # the store's objects as uploaded that day
+        stamp = dt.datetime.combine(day, dt.time(12), dt.UTC).timestamp()
+        for path in folder.rglob("*"):
+            os.utime(path, (stamp, stamp))
 
     for day in (1, 2, 3, 4):
         paths, settings = night(home, day)
@@ -290,6 +294,7 @@ def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monk
     damaged = tmp_path / "run store" / "runs" / "2026-11-07" / "broken" / ".parts"
     damaged.mkdir(parents=True)
     (damaged / "snapshot.json").write_text('{"format": 1, "files": ')
+    dated(damaged.parent, dt.date(2026, 11, 7))
     monkeypatch.setenv("RECS_RUN_STORE_URL", url)
     artifacts._open.cache_clear()
 
@@ -298,8 +303,8 @@ def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monk
 
     everything = in_store()
     assert len(everything) == 7
-    expected = ["2026-11-03/night_3", "2026-11-04/night_4", "2026-11-05/elsewhere",
-                "2026-11-07/broken"]  # fmt: skip
+    expected = ["runs/2026-11-03/night_3", "runs/2026-11-04/night_4",
+                "runs/2026-11-05/elsewhere", "runs/2026-11-07/broken"]  # fmt: skip
     code, out, err = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
     assert code == 0, err
     assert json.loads(out)["removed"]["run_store"] == expected and in_store() == everything
@@ -336,7 +341,7 @@ def test_a_gate_that_cannot_see_published_errors_instead_of_skipping(tmp_path, m
         publish_run(paths, settings)
         assert artifacts.RunStore(url).current() == "night_1"
         paths_b, settings_b = night(tmp_path / "b", 2)
-        with pytest.raises(ValidationEngineError, match="compare with night_1") as raised:
+        with pytest.raises(ValidationEngineError, match="records CURRENT = night_1") as raised:
             validate_run(paths_b, settings_b)
         assert str(tmp_path / "b" / "published") in str(raised.value)
         paths_a, settings_a = night(tmp_path / "a", 2)
@@ -347,3 +352,155 @@ def test_a_gate_that_cannot_see_published_errors_instead_of_skipping(tmp_path, m
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
+
+
+def _store_on(monkeypatch, url: str) -> None:
+    from recs.nightly import artifacts
+
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+
+
+def test_gc_on_a_worker_that_does_not_see_published_leaves_the_store_runs(
+    recs, tmp_path, monkeypatch
+):
+    """(From a review.) Machine a publishes night_1 with the run store set; the store records
+    CURRENT = night_1. recs gc a month later on machine b (RECS_HOME = tmp_path/home, no
+    published/) cannot tell which runs back the served version: it removes none of the
+    store's runs, though night_1 is past the retention."""
+    from recs.nightly.artifacts import SNAPSHOT, RunStore
+
+    url = (tmp_path / "store").as_uri()
+    _store_on(monkeypatch, url)
+    store = RunStore(url)
+    paths, settings = night(tmp_path / "a", 1)
+    validate_run(paths, settings)
+    publish_run(paths, settings)
+    for path in [*paths.snapshot_dir.rglob("*")]:
+        os.utime(path, (1_762_000_000, 1_762_000_000))  # 2025-11-01: long past
+    store.push(paths, SNAPSHOT)
+    for path in (tmp_path / "store" / "runs").rglob("*"):
+        os.utime(path, (1_762_000_000, 1_762_000_000))
+    assert store.current() == "night_1"
+    code, out, err = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"]["run_store"] == []
+    assert store.runs() == [("2026-11-01", "night_1")]
+
+
+def test_gc_while_another_machine_uploads_keeps_the_upload(recs, tmp_path, monkeypatch):
+    """(From a review.) A backfill of an old date on another machine is uploading its snapshot,
+    its first push (no marker yet): gc here meanwhile keeps it (the store's objects are new),
+    and once the upload ends the part pulls whole on a third machine. A file removed from the
+    store behind a marker is uploaded again by the next push of the part."""
+    import threading
+
+    from recs.nightly.artifacts import SNAPSHOT, RunStore
+    from recs.nightly.runs import RunPaths
+
+    url = (tmp_path / "store").as_uri()
+    store = RunStore(url)
+    other = RunPaths.create(tmp_path / "other", dt.date(2026, 11, 5), "backfill")
+    other.snapshot_dir.mkdir(parents=True)
+    other.snapshot_manifest.write_text("{}")
+    (other.snapshot_dir / "users.parquet").write_bytes(b"u" * 100)
+    uploading, go_on = threading.Event(), threading.Event()
+    real_put = store.fs.put
+
+    def slow_put(local, remote, *args, **kwargs):
+        real_put(local[:1], remote[:1], *args, **kwargs)  # the first file is up
+        uploading.set()
+        go_on.wait(10)
+        real_put(local[1:], remote[1:], *args, **kwargs)
+
+    monkeypatch.setattr(store.fs, "put", slow_put)
+    errors = []
+
+    def push():
+        try:
+            store.push(other, SNAPSHOT)
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    pusher = threading.Thread(target=push)
+    pusher.start()
+    try:
+        assert uploading.wait(10)
+        _store_on(monkeypatch, url)
+        code, out, err = recs("gc", "--today", "2026-12-01", "--json")
+    finally:
+        go_on.set()
+        pusher.join(30)
+    assert not errors and code == 0, (errors, err)
+    assert json.loads(out)["removed"]["run_store"] == []
+    fresh = RunPaths.create(tmp_path / "fresh", dt.date(2026, 11, 5), "backfill")
+    assert store.pull(fresh, SNAPSHOT)["files"] == 2
+    users = tmp_path / "store" / "runs" / "2026-11-05" / "backfill" / "snapshot" / "users.parquet"
+    users.unlink()  # gone behind the marker
+    assert store.push(other, SNAPSHOT)["uploaded"] == 1 and users.read_bytes() == b"u" * 100
+
+
+def test_the_store_records_each_switch_before_it_is_made(tmp_path, monkeypatch):
+    """(From a review.) A switch the run store cannot record is not made: publish_run raises
+    and CURRENT stays as it was, so the record is never behind CURRENT. A gate whose local
+    published/ names a stale version (machine b published night_1 before the store was set,
+    the publish host a then published night_2) errors instead of comparing with night_1.
+    ``recs rollback --to`` the current version records it (a store set up after the last
+    publish)."""
+    from recs.errors import RunStoreError, ValidationEngineError
+    from recs.nightly.artifacts import RunStore
+
+    url = (tmp_path / "store").as_uri()
+    try:
+        p1, s1 = night(tmp_path / "b", 1)  # before the store was set up
+        validate_run(p1, s1)
+        publish_run(p1, s1)
+        _store_on(monkeypatch, url)
+        p2, s2 = night(tmp_path / "a", 2)
+        validate_run(p2, s2)
+
+        def down(self, run_id):
+            raise RunStoreError("run store: cannot write CURRENT: injected")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(RunStore, "set_current", down)
+            with pytest.raises(RunStoreError, match="injected"):
+                publish_run(p2, s2)
+        assert current_version(tmp_path / "a" / "published") is None
+        assert RunStore(url).current() is None
+        publish_run(p2, s2)
+        assert RunStore(url).current() == "night_2"
+        p3, s3 = night(tmp_path / "b", 3)
+        with pytest.raises(ValidationEngineError, match=r"CURRENT = night_2 .* names night_1"):
+            validate_run(p3, s3)
+        p4, s4 = night(tmp_path / "a", 4)
+        assert validate_run(p4, s4)["compared_with"] == "night_2"
+        RunStore(url).set_current("night_9")  # say the record was lost or wrong
+        rollback(s2, to="night_2")
+        assert RunStore(url).current() == "night_2"
+    finally:
+        get_settings.cache_clear()
+        from recs.nightly import artifacts
+
+        artifacts._open.cache_clear()
+
+
+def test_a_run_store_that_fails_leaves_the_local_retention_done(recs, tmp_path, monkeypatch):
+    """(From a review.) The run store fails when gc reaches it: the local snapshot past its
+    retention is removed all the same, and gc then exits 2 with one line naming the store."""
+    from recs.errors import RunStoreError
+    from recs.nightly.artifacts import RunStore
+
+    home = tmp_path / "home"
+    (home / "snapshots" / "2026-10-01").mkdir(parents=True)
+    _store_on(monkeypatch, (tmp_path / "store").as_uri())
+
+    def down(self):
+        raise RunStoreError("run store file:///store: cannot read CURRENT: injected")
+
+    monkeypatch.setattr(RunStore, "current", down)
+    code, out, err = recs("gc", "--today", "2026-12-01")
+    assert code == 2 and "cannot read CURRENT: injected" in one_error(err)
+    assert out.splitlines() == ["removed snapshots/2026-10-01"]
+    assert not (home / "snapshots" / "2026-10-01").exists()

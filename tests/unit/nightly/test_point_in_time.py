@@ -30,7 +30,7 @@ import polars as pl
 import pytest
 from history_store import CUT_OFF, at, build_store
 
-from recs.config import Settings
+from recs.config import Settings, get_settings
 from recs.errors import RunInProgressError, ShardPlanError, SnapshotNotRetainedError
 from recs.files import read_json
 from recs.nightly import pipeline, retained
@@ -239,3 +239,76 @@ def test_gc_leaves_a_run_in_progress_alone(settings):
         holder.wait()
     removed = collect_garbage(settings, today=dt.date(2026, 12, 1))
     assert removed["removed"]["runs"] == ["2026-10-01/old"] and not run_dir.exists()
+
+
+def test_a_backfill_on_another_worker_reuses_the_date_from_the_run_store(
+    settings, tmp_path, monkeypatch
+):
+    """Run store set. Worker a rebuilds 2026-11-01 (the store has moved on); its retained
+    snapshot goes to the run store. Worker b, with its own RECS_HOME and no retained snapshot,
+    backfills that date without a rebuild: the store's live rows are too new (it would be
+    refused), so it takes the retained snapshot from the run store, byte for byte, and never
+    reads the live store. A second backfill on b reuses its own copy. When a rebuilds the date
+    again, b's next run takes the rebuilt one. gc removes the store's snapshot once the date is
+    past RECS_SNAPSHOT_RETENTION_DAYS and unwritten since. Without a run store, b is refused."""
+    from recs.errors import LiveStoreError
+    from recs.nightly import artifacts
+    from recs.nightly.retention import collect_garbage
+
+    worker_b = settings.model_copy(update={"home": tmp_path / "b"})
+    b_paths = RunPaths.create(worker_b.home, "2026-11-01", "backfill-b")
+    with pytest.raises((SnapshotNotRetainedError, LiveStoreError)):
+        freeze_snapshot(b_paths, worker_b)  # no run store: nothing to reuse
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    try:
+        a_paths = RunPaths.create(settings.home, "2026-11-01", "rebuild-a")
+        freeze_snapshot(a_paths, settings, rebuild=True)
+        a_folder = retained.folder(settings.home, a_paths.snapshot_date)
+
+        def files(root: Path) -> dict[str, bytes]:
+            return {p.relative_to(root).as_posix(): p.read_bytes()
+                    for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+        real_reader = retained.open_reader
+        monkeypatch.setattr(retained, "open_reader", _no_live_store)
+        result = freeze_snapshot(b_paths, worker_b)
+        assert result["source"] == "retained"
+        b_folder = retained.folder(worker_b.home, b_paths.snapshot_date)
+        assert files(b_folder) == files(a_folder) and len(files(a_folder)) >= 7
+        assert _edges(b_paths) == [(1, 2), (1, 3), (2, 1)]
+        again = RunPaths.create(worker_b.home, "2026-11-01", "backfill-b2")
+        assert freeze_snapshot(again, worker_b)["source"] == "retained"
+
+        # a rebuilds the date again: b's next run takes that one; b's older copy, reused before
+        # the rebuild, never overwrote the store's
+        monkeypatch.setattr(retained, "open_reader", real_reader)
+        freeze_snapshot(RunPaths.create(settings.home, "2026-11-01", "rebuild-a2"), settings,
+                        rebuild=True)  # fmt: skip
+        monkeypatch.setattr(retained, "open_reader", _no_live_store)
+        retained.to_run_store(worker_b.home, b_paths.snapshot_date, replace=False)  # b's old copy
+        assert retained.manifest(b_folder)["frozen_by_run_id"] == "rebuild-a"
+        later = RunPaths.create(worker_b.home, "2026-11-01", "backfill-b3")
+        assert freeze_snapshot(later, worker_b)["source"] == "retained"
+        assert retained.manifest(b_folder)["frozen_by_run_id"] == "rebuild-a2"
+        assert files(b_folder) == files(a_folder)
+
+        store = artifacts.RunStore(url)
+        assert store.folders("snapshots") == ["2026-11-01"]
+        for path in (tmp_path / "store" / "snapshots").rglob("*"):  # as uploaded on 11-02
+            os.utime(path, (1_793_620_800, 1_793_620_800))
+        gc_settings = worker_b.model_copy(update={"run_store_url": url})
+        kept = collect_garbage(gc_settings, today=dt.date(2026, 11, 20))["removed"]["run_store"]
+        gone = collect_garbage(gc_settings, today=dt.date(2026, 12, 20))["removed"]["run_store"]
+        assert "snapshots/2026-11-01" not in kept and "snapshots/2026-11-01" in gone
+        assert store.folders("snapshots") == []
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def _no_live_store(url):
+    raise AssertionError(f"the live store {url} was read: the retained snapshot should be used")
