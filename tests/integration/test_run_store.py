@@ -139,7 +139,7 @@ def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(s3, tmp_path):
     (paths.snapshot_dir).mkdir(parents=True)
     paths.snapshot_manifest.write_text("{}")
     missing = RunStore("s3://no-such-bucket/runs", {"endpoint_url": s3})
-    with pytest.raises(RunStoreError, match=r"no-such-bucket.*cannot upload snapshot: not found"):
+    with pytest.raises(RunStoreError, match=r"no-such-bucket.*cannot list snapshot: not found"):
         missing.push(paths, SNAPSHOT)
     closed = RunStore(
         f"s3://{BUCKET}/runs",
