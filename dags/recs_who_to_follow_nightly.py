@@ -14,7 +14,8 @@ reuses ``D``'s retained snapshot; when none is retained it fails at once, unless
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
 the date it runs after.
 
-The gate is mapped too: each ``validate_shards`` task checks a group of shards
+The gate is mapped too: ``plan_gate`` makes the groups before the traversal starts, and each
+``validate_shards`` task checks a group of shards
 (``gate_shards_per_task``, one Great Expectations import for the group) one after another once
 every shard is done (``all_done``; a failed shard is recorded as such), so its memory is a
 shard's. A shard that still fails after its retries does not stop the night: ``validate_run``
@@ -251,8 +252,12 @@ def recs_who_to_follow_nightly():
     modelled = build_models(run)
     graph = build_graph(modelled)
     shard_ids = plan_shards(graph)
+    groups = plan_gate(graph, shard_ids)
     shards = traverse_shard.partial(run=graph).expand(shard_id=shard_ids)
-    gated = validate_shards.expand(shard_ids=plan_gate(graph, shard_ids))
+    # the gate's plan first: it fails before the traversal's hours if it must, and the shard
+    # tasks are queued when no worker is busy with it (each worker then takes shards)
+    groups >> shards
+    gated = validate_shards.expand(shard_ids=groups)
     shards >> gated
     validated = validate_run()
     [graph, gated] >> validated

@@ -69,7 +69,7 @@ def test_task_graph_is_the_designed_flow(dag):
         "build_models": ["freeze_snapshot"],
         "build_graph": ["build_models"],
         "plan_shards": ["build_graph"],
-        "traverse_shard": ["build_graph", "plan_shards"],
+        "traverse_shard": ["build_graph", "plan_gate", "plan_shards"],
         "plan_gate": ["build_graph", "plan_shards"],
         "validate_shards": ["plan_gate", "traverse_shard"],
         "validate_run": ["build_graph", "validate_shards"],
