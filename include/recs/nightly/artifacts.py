@@ -9,7 +9,8 @@ paths may be object-store URLs"). The store is a shared-volume path or any fsspe
 nothing here runs: no copy, no import of fsspec, the same bytes as before.
 
 The store mirrors the run folder, ``<store>/runs/<date>/<run_id>/<the same relative paths>``,
-in *parts*, the outputs of one stage: ``snapshot`` (freeze_snapshot), ``models`` (build_models:
+in *parts*, the outputs of one stage (``parts``: which stage reads and writes which):
+``snapshot`` (freeze_snapshot), ``models`` (build_models:
 ``exports/`` and ``dbt/``), ``warehouse`` (its DuckDB file, read by dbt-docs only), ``dbt_docs``,
 ``graph`` (build_graph), ``shard_id=NNN`` (traverse_shard), ``gate_shard_id=NNN``
 (validate_shard) and ``validation`` (validate_run, without the shards' results).
@@ -67,6 +68,21 @@ from urllib.parse import unquote, urlparse
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
 from recs.files import read_json, sha256_file, staging_name
+from recs.nightly.parts import (  # noqa: F401 - the parts, importable from here too
+    DBT_DOCS,
+    GRAPH,
+    MODELS,
+    PUSHED_ON_FAILURE,
+    SNAPSHOT,
+    SNAPSHOT_MANIFEST,
+    VALIDATION,
+    WAREHOUSE,
+    Part,
+    gate_part,
+    shard_part,
+    stage_inputs,
+    stage_outputs,
+)
 from recs.nightly.runs import RunPaths
 
 log = logging.getLogger("recs.nightly.artifacts")
@@ -76,41 +92,6 @@ MARKERS = ".parts"
 MARKER_FORMAT = 1
 CURRENT = "published/CURRENT"
 """Where the store records the run id ``CURRENT`` names (the versions stay under ``home``)."""
-
-
-@dataclass(frozen=True)
-class Part:
-    """The outputs of one stage: files under ``roots`` (relative to the run folder, folders or
-    files), minus those under ``exclude``; hidden names (``.*``: a killed attempt's staging
-    files, the locks) are never part of one."""
-
-    name: str
-    roots: tuple[str, ...]
-    exclude: tuple[str, ...] = ()
-
-    def covers(self, relative: str) -> bool:
-        inside = any(relative == root or relative.startswith(root + "/") for root in self.roots)
-        hidden = any(piece.startswith(".") for piece in relative.split("/"))
-        return inside and not hidden and not any(relative.startswith(e) for e in self.exclude)
-
-
-SNAPSHOT = Part("snapshot", ("snapshot",))
-MODELS = Part("models", ("exports", "dbt"), exclude=("dbt/docs/",))
-WAREHOUSE = Part("warehouse", ("warehouse.duckdb",))
-DBT_DOCS = Part("dbt_docs", ("dbt/docs",))
-GRAPH = Part("graph", ("graph",))
-VALIDATION = Part("validation", ("validation",), exclude=("validation/shards/",))
-SNAPSHOT_MANIFEST = ("snapshot/manifest.json",)
-
-
-def shard_part(shard_id: int) -> Part:
-    """``shards/shard_id=NNN/``: one shard's recommendations and manifest (traverse_shard)."""
-    return Part(f"shard_id={shard_id:03d}", (f"shards/shard_id={shard_id:03d}",))
-
-
-def gate_part(shard_id: int) -> Part:
-    """``validation/shards/shard_id=NNN/``: one shard's saved gate result (validate_shard)."""
-    return Part(f"gate_shard_id={shard_id:03d}", (f"validation/shards/shard_id={shard_id:03d}",))
 
 
 def _file_url_path(url: str) -> str:
@@ -193,10 +174,7 @@ class RunStore:
         folder = getattr(paths, "store_folder", None)  # not a run: retained.RetainedFolder
         if folder is not None:
             return f"{self.root}/{folder}"
-        return self._run_root(paths.snapshot_date.isoformat(), paths.run_id)
-
-    def _run_root(self, date: str, run_id: str) -> str:
-        return f"{self.root}/runs/{date}/{run_id}"
+        return f"{self.root}/runs/{paths.snapshot_date.isoformat()}/{paths.run_id}"
 
     # --- the published pointer (``publish``, ``validation``) ---------------------------------
 
@@ -512,86 +490,6 @@ def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:
 
 
 # --- what each stage reads and writes ----------------------------------------------------------
-
-Inputs = list[tuple[Part, tuple[str, ...] | None, bool]]
-
-
-def stage_inputs(stage: str, shard_id: int | None, shard_count: int) -> Inputs:
-    """What ``stage`` reads, as ``(part, include globs or None for all, required)``; the
-    snapshot manifest (every stage's settings) is pulled before these."""
-    every_shard = range(shard_count)
-    if stage == "build_models":
-        return [(SNAPSHOT, None, True)]
-    if stage == "dbt_docs":
-        return [(MODELS, None, True), (WAREHOUSE, None, True)]
-    if stage == "build_graph":
-        return [
-            (SNAPSHOT, ("snapshot/users.parquet", "snapshot/follow_edges/*"), True),
-            (MODELS, ("exports/candidate_profiles.parquet", "exports/hub_accounts.parquet"), True),
-        ]
-    if stage == "traverse_shard":
-        return [
-            (SNAPSHOT, (f"snapshot/follow_edges/shard_id={shard_id:03d}/*",), True),
-            (
-                MODELS,
-                (
-                    f"exports/eligible_users/shard_id={shard_id}/*",
-                    f"exports/follow_exclusions/shard_id={shard_id}/*",
-                    "exports/hub_accounts.parquet",
-                ),
-                True,
-            ),
-        ]
-    if stage == "validate_shard":
-        return [
-            (SNAPSHOT, (f"snapshot/follow_edges/shard_id={shard_id:03d}/*",), True),
-            (
-                MODELS,
-                (
-                    "exports/eligible_users/*",
-                    f"exports/follow_exclusions/shard_id={shard_id}/*",
-                    "exports/candidate_profiles.parquet",
-                ),
-                True,
-            ),
-            (shard_part(shard_id), None, False),
-        ]
-    if stage == "validate_run":  # it validates again any shard whose saved result is stale
-        return [
-            (SNAPSHOT, ("snapshot/follow_edges/*",), True),
-            (MODELS, ("exports/*",), True),
-            (GRAPH, ("graph/meta.json",), True),
-            *((shard_part(i), None, False) for i in every_shard),
-            *((gate_part(i), None, False) for i in every_shard),
-        ]
-    if stage == "publish_run":
-        return [
-            (MODELS, ("exports/*",), True),
-            (VALIDATION, None, True),
-            *((shard_part(i), None, False) for i in every_shard),
-        ]
-    return []
-
-
-def stage_outputs(stage: str, shard_id: int | None) -> tuple[list[Part], list[Part]]:
-    """``(parts the stage pushes when it succeeds, parts it withdraws when it starts)``."""
-    writes = {
-        "freeze_snapshot": [SNAPSHOT],
-        "build_models": [MODELS, WAREHOUSE],
-        "dbt_docs": [DBT_DOCS],
-        "build_graph": [GRAPH],
-        "traverse_shard": [shard_part(shard_id)] if shard_id is not None else [],
-        "validate_shard": [gate_part(shard_id)] if shard_id is not None else [],
-        "validate_run": [VALIDATION],
-    }.get(stage, [])
-    withdraws = [*writes, DBT_DOCS] if stage == "build_models" else list(writes)
-    return writes, withdraws
-
-
-PUSHED_ON_FAILURE = frozenset({"validate_run"})
-"""Stages whose outputs are pushed also when they raise: the gate's ``summary.json`` is
-rewritten on every outcome, so a publish elsewhere never finds an older pass."""
-
 
 @dataclass(frozen=True)
 class Synced:
