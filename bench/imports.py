@@ -168,10 +168,19 @@ def run_import(path: Path, home: Path, store_url: str | None, server) -> dict:
 
 
 def floor_edges(rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` distinct follows in key order, 50 per follower (the floors' rows)."""
+    """About ``rows`` distinct follows in key order, 50 per follower, each follower's followees
+    spread over the whole id range (a random permutation of the ids), as in a real graph: the
+    reverse key must really be sorted. (Until 2026-12-02 the followees were ``follower + 1 + 7k``,
+    nearly in order already, which made both floors' reverse keys almost free to build.)"""
     index = np.arange(rows, dtype=np.int64)
     follower = index // 50
-    return follower, follower + 1 + index % 50 * 7
+    users = int(follower[-1]) + 1 if rows else 0
+    permutation = np.random.default_rng(7).permutation(users)
+    followee = permutation[(follower + 1 + index % 50 * 7) % users]
+    keep = followee != follower
+    follower, followee = follower[keep], followee[keep]
+    order = np.lexsort((followee, follower))
+    return follower[order], followee[order]
 
 
 def sqlite_floor(rows: int, folder: Path) -> dict:
@@ -192,6 +201,7 @@ def sqlite_floor(rows: int, folder: Path) -> dict:
     cursor = connection.cursor()
     apply_sqlite_pragmas(cursor, "bulk_load")
     follower, followee = floor_edges(rows)
+    rows = len(follower)
     cursor.adbc_ingest("src", pa.table({"a": follower, "b": followee}), mode="create")
     started, cpu = time.perf_counter(), time.process_time()
     cursor.execute("BEGIN IMMEDIATE")
@@ -229,6 +239,7 @@ def postgres_floor(rows: int, url: str, folder: Path, server) -> dict:
     schema.create_schema(engine)
     engine.dispose()
     follower, followee = floor_edges(rows)
+    rows = len(follower)
     files = {}
     for name, (left, right) in {
         "forward": (follower, followee),

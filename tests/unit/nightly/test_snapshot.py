@@ -68,7 +68,7 @@ def build_store(settings: Settings) -> None:
         )
         connection.execute(
             schema.follow_edges.insert(),
-            # Reverse key order: the snapshot itself must sort (rowid order is insert order).
+            # Reverse key order: the snapshot itself must sort (PostgreSQL scans in insert order).
             [
                 dict(follower_id=a, followee_id=b, created_at=T0, status="active")
                 for a, b in reversed(FOLLOWS)

@@ -33,6 +33,32 @@ def test_the_reverse_edge_table_exists_only_on_postgres():
     assert {"user_follow_counts", "relationship_tombstones", "ingested_events"} <= sqlite
 
 
+def test_sqlite_keeps_edges_and_pairs_in_their_key_order_without_a_rowid(tmp_path):
+    """``WITHOUT ROWID`` (store README, "Tables"): the rows are the primary key's B-tree, so a
+    bulk load writes two B-trees, not three; a table scan comes back in key order."""
+    engine = engine_for(f"sqlite:///{tmp_path / 'live.db'}")
+    schema.create_schema(engine)
+    t0 = dt.datetime(2026, 10, 1)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.follow_edges.insert(),
+            [{"follower_id": a, "followee_id": b, "created_at": t0} for a, b in [(3, 1), (1, 2)]],
+        )
+        scanned = connection.exec_driver_sql(
+            "SELECT follower_id, followee_id, created_at FROM follow_edges"
+        ).fetchall()
+        plain = {
+            name
+            for (name,) in connection.exec_driver_sql(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' "
+                "AND sql NOT LIKE '%WITHOUT ROWID%'"
+            )
+        }
+    engine.dispose()
+    assert [tuple(row[:2]) for row in scanned] == [(1, 2), (3, 1)]
+    assert not plain & {"follow_edges", "blocks", "mutes", "dismissed_candidates"}
+
+
 def test_mutual_follows_view_lists_both_directions_of_active_pairs_only(store_url):
     """1<->2 active both ways, 1->3 active but 3->1 pending, 4->1 one way: only (1, 2) and
     (2, 1) are mutual."""
