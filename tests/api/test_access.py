@@ -227,3 +227,16 @@ def test_a_cached_token_is_refused_once_it_expires(client, monkeypatch):
     response = client.get(WTF.format(1), headers=headers)
     assert response.status_code == 401
     assert response.json()["detail"] == "bearer token has expired"
+
+
+def test_the_api_docs_work_offline(client):
+    """``/docs`` (Swagger UI) loads its script and style from the server itself, not a CDN, so
+    a machine without internet access still shows it (issue 9: it was blank offline)."""
+    import re
+
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r"""(?:src|href)=["']([^"']+\.(?:js|css))["']""", page.text)
+    assert assets and all(asset.startswith("/") for asset in assets), assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
