@@ -7,6 +7,8 @@ token reads any user but dismisses only for its own ``sub``; no/invalid/expired 
 
 from __future__ import annotations
 
+import re
+
 import jwt
 import pytest
 from api_fixtures import SECRET, bearer
@@ -232,8 +234,6 @@ def test_a_cached_token_is_refused_once_it_expires(client, monkeypatch):
 def test_the_api_docs_work_offline(client):
     """``/docs`` (Swagger UI) loads its script and style from the server itself, not a CDN, so
     a machine without internet access still shows it (issue 9: it was blank offline)."""
-    import re
-
     page = client.get("/docs")
     assert page.status_code == 200
     assets = re.findall(r"""(?:src|href)=["']([^"']+\.(?:js|css))["']""", page.text)

@@ -125,8 +125,8 @@ def test_sqlite_store_deleted_then_restored_from_a_copy(tmp_path):
     assert reader.statuses(0, gone) == {200}
     assert reader.statuses(settled, back) == {503}
     assert recovered - back < 1.0
-    # Was: every answer from back + 1.0 s on; when the rest of the test took under a second (a
-    # quiet machine), that window was empty and the assertion failed.
+    # From the recovery on, not from a fixed time after `back`: when the rest of the test takes
+    # under a second (a quiet machine), such a window is empty.
     assert reader.statuses(recovered + 0.1) == {200}
     with sqlite3.connect(live) as connection:
         kept = connection.execute(
