@@ -48,6 +48,7 @@ from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
 from recs.files import atomic_path, atomic_write, read_json, staging_name, write_json
 from recs.sampling import rank_within_groups, sample_keys
 from recs.traversal.hop_order import (
+    grouped_order,
     ordered_keys,
     pair_codes,
     popularity_priority,
@@ -186,8 +187,8 @@ def _capped_partition(
     del followers, followees, created
     if row_order.order == "sample":
         order = sample_sorted(src, len(index.user_ids), keys, dst)
-    else:  # keys are priority-first: one exact sort (packing would lose the sample bits)
-        order = np.lexsort((dst, keys, src))
+    else:  # keys are priority-first: exact (packing them with the group would lose bits)
+        order = grouped_order(src, keys, dst)
     src, dst, keys = src[order], dst[order], keys[order]
     duplicate = np.zeros(len(src), dtype=bool)
     duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
@@ -335,7 +336,7 @@ def _assemble_rows(
             user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
             settings.sample_seed,
         )  # (recency: the times are not kept per piece; the re-cut is in sample order then)
-        order = np.lexsort((dst, keys, src))
+        order = grouped_order(src, keys, dst)
         src, dst = src[order], dst[order]
         duplicate = np.zeros(len(src), dtype=bool)
         duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])

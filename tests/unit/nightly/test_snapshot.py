@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -228,6 +229,43 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
         assert [chunk.height for chunk in reader.iter_table("follow_edges")] == [2, 2, 2, 2, 1]
     freeze_snapshot(paths, settings, rebuild=True)  # read from the store again, in chunks
     assert snapshot_bytes(paths) == whole
+
+
+def test_the_prefetching_thread_keeps_order_raises_at_the_failed_batch_and_stops_when_closed():
+    """``readers._prefetched`` with one batch of read-ahead: every batch in order; a driver
+    error after two batches comes after those two; a consumer that stops after one batch
+    leaves no reading thread behind (the connection is idle again)."""
+
+    def batches(count, fail_after=None):
+        for number in range(count):
+            if number == fail_after:
+                raise OSError("disk I/O error")
+            yield number
+
+    assert list(readers._prefetched(batches(50), depth=1)) == list(range(50))
+    seen = []
+    with pytest.raises(OSError, match="disk I/O error"):
+        for batch in readers._prefetched(batches(5, fail_after=2), depth=1):
+            seen.append(batch)
+    assert seen == [0, 1]
+    stream = readers._prefetched(batches(10**6), depth=1)
+    assert next(stream) == 0
+    stream.close()
+    assert not [t for t in threading.enumerate() if t.name == "recs-store-read"]
+
+
+def test_follow_edges_are_sorted_unless_already_in_pair_order():
+    """``retained._in_pair_order``: (1, 2) (1, 5) (3, 1) is in order; a followee going down
+    under one follower, a follower going down, or a NULL id is not (then the partition is
+    sorted before it is written)."""
+    def frame(followers, followees):
+        return pl.DataFrame({"follower_id": followers, "followee_id": followees})
+
+    assert retained._in_pair_order(frame([1, 1, 3], [2, 5, 1]))
+    assert not retained._in_pair_order(frame([1, 1, 3], [5, 2, 1]))
+    assert not retained._in_pair_order(frame([3, 1], [1, 2]))
+    assert not retained._in_pair_order(frame([1, None], [1, 2]))
+    assert retained._in_pair_order(frame([7], [1]))
 
 
 WRITER = textwrap.dedent(

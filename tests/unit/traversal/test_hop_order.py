@@ -8,6 +8,7 @@ from traversal_fixtures import Fixture, User, run, settings_for, write_run
 from recs.sampling import capped_follows
 from recs.traversal.graph import build_graph, load_graph
 from recs.traversal.hop_order import (
+    grouped_order,
     ordered_keys,
     pair_codes,
     popularity_priority,
@@ -35,6 +36,33 @@ def test_priorities_put_newer_more_followed_and_reciprocated_first():
     assert reciprocated(np.array([0, 1, 0]), np.array([1, 0, 2]), codes).tolist() == [
         True, True, False
     ]
+
+
+def test_grouped_order_sorts_each_follower_by_key_then_followee():
+    """Follower 0's edges to 5, 6, 7 have keys 9, 2, 2: (key, followee) gives 6, 7, 5, i.e.
+    positions 1, 2, 0; follower 1's to 5, 8 have keys 1, 0: positions 4, 3."""
+    groups = np.array([0, 0, 0, 1, 1])
+    followees = np.array([5, 6, 7, 5, 8])
+    keys = np.array([9, 2, 2, 1, 0], dtype=np.uint64)
+    assert grouped_order(groups, keys, followees).tolist() == [1, 2, 0, 4, 3]
+
+
+def test_grouped_order_equals_lexsort_presorted_or_not_ties_included():
+    """A partition's layout (grouped, followees ascending: the compiled path), with equal keys
+    and duplicate pairs, and the same edges shuffled (the lexsort path): both give
+    ``np.lexsort``'s permutation, which is stable too."""
+    rng = np.random.default_rng(7)
+    groups = rng.integers(0, 300, 20_000)
+    followees = rng.integers(0, 2_000, 20_000)
+    presorted = np.lexsort((followees, groups))
+    groups, followees = groups[presorted], followees[presorted]
+    keys = rng.integers(0, 40, 20_000).astype(np.uint64) << np.uint64(32)  # many equal keys
+    expected = np.lexsort((followees, keys, groups))
+    assert grouped_order(groups, keys, followees).tolist() == expected.tolist()
+    shuffled = rng.permutation(20_000)
+    g, k, f = groups[shuffled], keys[shuffled], followees[shuffled]
+    assert grouped_order(g, k, f).tolist() == np.lexsort((f, k, g)).tolist()
+    assert grouped_order(groups[:1], keys[:1], followees[:1]).tolist() == [0]
 
 
 FOLLOWS = {10: [20, 21, 22, 23]}  # 10's follows; 22 has 3 followers, 21 two, 20 and 23 one
