@@ -170,7 +170,7 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
             results.append(_validate(paths, settings, shard_id))
         # GX's objects hold each shard's frames in reference cycles: collected here, the task
         # holds one shard at a time (bench/README.md, "The night at scale": at 1 M users the
-        # RSS grew 100-150 MB a shard without it; with it 16 shards peaked at 1.06 GB)
+        # RSS grew 100-150 MB a shard without it; with it 16 shards peaked at 1,032 MB)
         gc.collect()
     return results
 

@@ -51,9 +51,10 @@ READ_BATCH_ROWS = 1 << 17
 READ_CHUNK_ROWS = 1 << 20
 """Rows per frame that ``iter_table`` yields: follow edges are partitioned chunk by chunk."""
 
-PREFETCH_BATCHES = 16
-"""Arrow batches the driver may read ahead of the frame being converted (``_prefetched``):
-two ``READ_CHUNK_ROWS`` chunks of the ADBC SQLite reader."""
+PREFETCH_ROWS = 2 * READ_CHUNK_ROWS
+"""Rows the driver may read ahead of the frame being converted (``_ReadAhead``): two chunks.
+SQLite's batches are ``READ_BATCH_ROWS`` rows (16 batches ahead); PostgreSQL's driver cuts
+its batches by size (16 MiB, its default hint), so it is held to 2 of them."""
 
 
 class LiveStoreReader(Protocol):
@@ -143,8 +144,20 @@ class _AdbcReader(_Reader):
 
     _connection: Any = None
     _cursor: Any = None
+    _read_ahead: _ReadAhead | None = None
+    _prefetch_batches = PREFETCH_ROWS // READ_BATCH_ROWS
+
+    def _idle(self) -> Any:
+        """The cursor, once no read-ahead thread uses the connection any more: an abandoned
+        stream's thread is stopped first (a driver is not safe to call from two threads: a
+        ``ROLLBACK`` beside a fetching thread crashed the process)."""
+        if self._read_ahead is not None:
+            self._read_ahead.close()
+            self._read_ahead = None
+        return self._cursor
 
     def _close(self) -> None:
+        self._idle()
         try:
             if self._cursor is not None:
                 self._cursor.execute("ROLLBACK")  # a read transaction: nothing to commit
@@ -165,65 +178,83 @@ class _AdbcReader(_Reader):
         rows = 0
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
-        for batch in _prefetched(self._cursor.fetch_record_batch()):
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows >= READ_CHUNK_ROWS:
-                rows += pending_rows
-                log.info("read %s: %d rows", name, rows)
-                yield convert(pending)
-                pending, pending_rows = [], 0
+        batches = _ReadAhead(self._idle().fetch_record_batch(), self._prefetch_batches)
+        self._read_ahead = batches
+        try:
+            for batch in batches:
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                if pending_rows >= READ_CHUNK_ROWS:
+                    rows += pending_rows
+                    log.info("read %s: %d rows", name, rows)
+                    yield convert(pending)
+                    pending, pending_rows = [], 0
+        finally:
+            batches.close()
         if pending or not rows:
             rows += pending_rows
             log.info("read %s: %d rows", name, rows)
             yield convert(pending)
 
 
-def _prefetched(
-    batches: Iterator[pa.RecordBatch], depth: int = PREFETCH_BATCHES
-) -> Iterator[pa.RecordBatch]:
-    """``batches``, read by a helper thread up to ``depth`` batches ahead, so the driver's
-    fetching (C code, the GIL released) overlaps the conversion of the batches before them:
-    the freeze of 50 M follow edges read them in 2/3 of the time (``bench/README.md``, "The
-    night at scale"). The order is kept; an error of the driver is raised here, at the batch
-    it failed on; closing this generator early stops the thread after the batch it is reading
-    (so the connection is idle again once it returns)."""
-    finished = object()
-    slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+class _ReadAhead:
+    """An iterator over ``batches`` that a helper thread reads up to ``depth`` batches ahead,
+    so the driver's fetching (C code, the GIL released) overlaps the conversion of the batches
+    before them: the freeze of 50 M follow edges read them in 3/4 of the time
+    (``bench/README.md``, "The night at scale"). The order is kept; an error of the driver is
+    raised by ``__next__`` at the batch it failed on. ``close()`` stops the thread after the
+    batch it is reading and waits for it, so the connection is idle once it returns; the
+    reader calls it before any other use of its connection (``_AdbcReader._idle``)."""
 
-    def offer(item: Any) -> bool:
-        while not stop.is_set():
+    _END = object()
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], depth: int) -> None:
+        self._slots: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(
+            target=self._produce, args=(batches,), name="recs-store-read", daemon=True
+        )
+        self._thread.start()
+
+    def _offer(self, item: Any) -> bool:
+        while not self._stop.is_set():
             try:
-                slots.put(item, timeout=0.1)
+                self._slots.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def produce() -> None:
+    def _produce(self, batches: Iterator[pa.RecordBatch]) -> None:
         try:
             for batch in batches:
-                if not offer(batch):
+                if not self._offer((batch, None)):
                     return
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, raised there
-            offer((finished, error))
+            self._offer((self._END, error))
         else:
-            offer((finished, None))
+            self._offer((self._END, None))
 
-    thread = threading.Thread(target=produce, name="recs-store-read", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if isinstance(item, tuple) and item and item[0] is finished:
-                if item[1] is not None:
-                    raise item[1]
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()
+    def __iter__(self) -> _ReadAhead:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._done:
+            raise StopIteration
+        item, error = self._slots.get()
+        if item is self._END:
+            self.close()
+            if error is not None:
+                raise error
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (after the batch it is reading) and wait for it; idempotent."""
+        self._done = True
+        self._stop.set()
+        self._thread.join()
 
 
 class _AdbcSqliteReader(_AdbcReader):
@@ -261,8 +292,9 @@ class _AdbcSqliteReader(_AdbcReader):
         return {row[0] for row in cursor.fetchall()}
 
     def _scalar(self, sql: str) -> Any:
-        self._cursor.execute(sql)
-        return self._cursor.fetchall()[0][0]
+        cursor = self._idle()
+        cursor.execute(sql)
+        return cursor.fetchall()[0][0]
 
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
@@ -275,10 +307,9 @@ class _AdbcSqliteReader(_AdbcReader):
             f"coalesce({column}, '') AS {column}" if column in nullable else column
             for column in contract
         )
-        self._cursor.adbc_statement.set_options(
-            **{"adbc.sqlite.query.batch_rows": str(READ_BATCH_ROWS)}
-        )
-        self._cursor.execute(f"SELECT {columns} FROM {name}")  # noqa: S608 - fixed names
+        cursor = self._idle()
+        cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(READ_BATCH_ROWS)})
+        cursor.execute(f"SELECT {columns} FROM {name}")  # noqa: S608 - fixed names
         yield from self._frames(
             name,
             lambda batches: _conform(
@@ -298,6 +329,7 @@ class _AdbcPostgresReader(_AdbcReader):
     """
 
     backend = "postgresql"
+    _prefetch_batches = 2  # the driver's batches are 16 MiB (PREFETCH_ROWS)
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -327,7 +359,7 @@ class _AdbcPostgresReader(_AdbcReader):
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
         target = arrow_schema(contract)
-        self._cursor.execute(f"SELECT {', '.join(contract)} FROM {name}")  # noqa: S608
+        self._idle().execute(f"SELECT {', '.join(contract)} FROM {name}")  # noqa: S608
 
         def frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
             # The driver types bigint/timestamp/varchar/boolean as the contract's Arrow types;

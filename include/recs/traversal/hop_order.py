@@ -76,9 +76,12 @@ def grouped_order(groups: np.ndarray, keys: np.ndarray, tie_breaks: np.ndarray) 
     and stably, in one compiled pass, so the ties stay in ``tie_break`` order. That is
     O(n log run) instead of three stable sorts of all n (``bench/README.md``, "The night at
     scale": 68 % of ``build_graph`` at 1 M users was the lexsort). Otherwise it is the lexsort.
-    ``groups`` and ``tie_breaks``: integer arrays; ``keys``: ``uint64``; all of one length.
+    ``groups`` and ``tie_breaks``: integer arrays; ``keys``: ``uint64`` (other keys, or
+    arrays of unequal lengths, go to the lexsort, which orders or refuses them as it does).
     """
     n = len(groups)
+    if keys.dtype != np.uint64 or len(keys) != n or len(tie_breaks) != n:
+        return np.lexsort((tie_breaks, keys, groups))  # its order for other keys, its errors
     if n < 2:
         return np.arange(n, dtype=np.int64)
     same = groups[1:] == groups[:-1]
@@ -87,7 +90,7 @@ def grouped_order(groups: np.ndarray, keys: np.ndarray, tie_breaks: np.ndarray) 
     ).all():
         return np.lexsort((tie_breaks, keys, groups))
     starts = np.flatnonzero(np.r_[True, ~same, True]).astype(np.int64)
-    return _sort_runs(starts, np.ascontiguousarray(keys, dtype=np.uint64))
+    return _sort_runs(starts, np.ascontiguousarray(keys))
 
 
 @compiled

@@ -231,10 +231,10 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
     assert snapshot_bytes(paths) == whole
 
 
-def test_the_prefetching_thread_keeps_order_raises_at_the_failed_batch_and_stops_when_closed():
-    """``readers._prefetched`` with one batch of read-ahead: every batch in order; a driver
-    error after two batches comes after those two; a consumer that stops after one batch
-    leaves no reading thread behind (the connection is idle again)."""
+def test_the_read_ahead_keeps_order_raises_at_the_failed_batch_and_stops_when_closed():
+    """``readers._ReadAhead`` one batch ahead: every batch in order; a driver error after two
+    batches comes after those two; a consumer that stops after one batch and closes it leaves
+    no reading thread behind (the connection is idle again)."""
 
     def batches(count, fail_after=None):
         for number in range(count):
@@ -242,16 +242,70 @@ def test_the_prefetching_thread_keeps_order_raises_at_the_failed_batch_and_stops
                 raise OSError("disk I/O error")
             yield number
 
-    assert list(readers._prefetched(batches(50), depth=1)) == list(range(50))
+    assert list(readers._ReadAhead(batches(50), depth=1)) == list(range(50))
     seen = []
     with pytest.raises(OSError, match="disk I/O error"):
-        for batch in readers._prefetched(batches(5, fail_after=2), depth=1):
+        for batch in readers._ReadAhead(batches(5, fail_after=2), depth=1):
             seen.append(batch)
     assert seen == [0, 1]
-    stream = readers._prefetched(batches(10**6), depth=1)
+    stream = readers._ReadAhead(batches(10**6), depth=1)
     assert next(stream) == 0
     stream.close()
     assert not [t for t in threading.enumerate() if t.name == "recs-store-read"]
+    assert list(stream) == []
+
+
+class _WatchedCursor:
+    """An ADBC cursor that records, at each ``ROLLBACK``, whether a read-ahead thread was still
+    running (it would be calling the driver beside it)."""
+
+    def __init__(self, cursor, seen: list[bool]) -> None:
+        self._cursor, self._seen = cursor, seen
+
+    def execute(self, sql, *args, **kwargs):
+        if sql == "ROLLBACK":
+            self._seen.append(any(t.name == "recs-store-read" for t in threading.enumerate()))
+        return self._cursor.execute(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+def test_an_error_while_the_edges_are_partitioned_stops_the_read_ahead_before_the_rollback(
+    sqlite_settings, monkeypatch
+):
+    """The spill fails (a full disk) on the second chunk while the driver's thread is a batch
+    ahead: the freeze raises that error, and the reader's ``ROLLBACK`` comes after the thread
+    has stopped (a ``ROLLBACK`` beside a fetching thread crashed the process: SIGSEGV)."""
+    settings = sqlite_settings
+    monkeypatch.setattr(readers, "READ_BATCH_ROWS", 1)
+    monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers._AdbcReader, "_prefetch_batches", 1)
+    rollbacks: list[bool] = []
+    begin = readers._AdbcSqliteReader._begin
+
+    def watched_begin(self):
+        present = begin(self)
+        self._cursor = _WatchedCursor(self._cursor, rollbacks)
+        return present
+
+    monkeypatch.setattr(readers._AdbcSqliteReader, "_begin", watched_begin)
+    partition = retained.partition_by_shard
+
+    def failing(chunks, shard_count, spill):
+        def until_full():
+            for number, chunk in enumerate(chunks):
+                if number == 1:
+                    raise OSError(28, "No space left on device")
+                yield chunk
+
+        return partition(until_full(), shard_count, spill)
+
+    monkeypatch.setattr(retained, "partition_by_shard", failing)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+    with pytest.raises(OSError, match="No space left"):
+        freeze_snapshot(paths, settings, rebuild=True)
+    assert rollbacks == [False]
 
 
 def test_follow_edges_are_sorted_unless_already_in_pair_order():

@@ -47,7 +47,7 @@ def test_grouped_order_sorts_each_follower_by_key_then_followee():
     assert grouped_order(groups, keys, followees).tolist() == [1, 2, 0, 4, 3]
 
 
-def test_grouped_order_equals_lexsort_presorted_or_not_ties_included():
+def test_grouped_order_equals_lexsort_presorted_or_not_ties_included(monkeypatch):
     """A partition's layout (grouped, followees ascending: the compiled path), with equal keys
     and duplicate pairs, and the same edges shuffled (the lexsort path): both give
     ``np.lexsort``'s permutation, which is stable too."""
@@ -59,10 +59,20 @@ def test_grouped_order_equals_lexsort_presorted_or_not_ties_included():
     keys = rng.integers(0, 40, 20_000).astype(np.uint64) << np.uint64(32)  # many equal keys
     expected = np.lexsort((followees, keys, groups))
     assert grouped_order(groups, keys, followees).tolist() == expected.tolist()
+    # the presorted input takes the compiled path: with the lexsort gone it still sorts
+    monkeypatch.setattr(np, "lexsort", None)
+    assert grouped_order(groups, keys, followees).tolist() == expected.tolist()
+    monkeypatch.undo()
     shuffled = rng.permutation(20_000)
     g, k, f = groups[shuffled], keys[shuffled], followees[shuffled]
     assert grouped_order(g, k, f).tolist() == np.lexsort((f, k, g)).tolist()
     assert grouped_order(groups[:1], keys[:1], followees[:1]).tolist() == [0]
+    # grouped, but a followee going down under follower 1: not the fast path's input
+    assert grouped_order(np.array([1, 1]), np.array([3, 3], np.uint64), np.array([9, 4])).tolist() \
+        == [1, 0]
+    # signed keys are not the compiled path's: -1 sorts first, as in the lexsort
+    assert grouped_order(np.array([0, 0, 0]), np.array([5, -1, 0]), np.array([1, 2, 3])).tolist() \
+        == [1, 2, 0]
 
 
 FOLLOWS = {10: [20, 21, 22, 23]}  # 10's follows; 22 has 3 followers, 21 two, 20 and 23 one
