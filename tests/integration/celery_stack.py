@@ -14,7 +14,8 @@
   only runs are the ones a test triggers) and ``airflow dag-processor`` (parses ``dags/``);
 - one ``airflow celery worker`` per name in ``workers``, each with ``--celery-hostname NAME``
   and ``--concurrency`` 1, recording ``NAME`` as the host of the tasks it runs
-  (``celery_worker_hostname``: on one machine the FQDN would not tell them apart).
+  (``celery_worker_hostname``: on one machine the FQDN would not tell them apart), with the
+  cluster policy of ``celery_worker_settings/`` (the shard tasks wait to have started on both).
 
 Every process shares ``RECS_HOME`` and ``AIRFLOW_HOME`` (task logs) on one disk: the shared
 volume case of a multi-machine deployment (README, "Running it in Airflow"). ``stop()`` (also
@@ -172,8 +173,11 @@ class CeleryStack:
                 extra={
                     "WORKER_HOSTNAME": name,
                     "AIRFLOW__CORE__HOSTNAME_CALLABLE": "celery_worker_hostname.hostname",
+                    # the workers' cluster policy: the shard tasks meet (its docstring says why)
+                    "RECS_TEST_SHARD_MEETING": str(self.home / "shard-meeting"),
                     "PYTHONPATH": os.pathsep.join(
-                        filter(None, [str(HERE), self.base_env.get("PYTHONPATH")])
+                        filter(None, [str(HERE), str(HERE / "celery_worker_settings"),
+                                      self.base_env.get("PYTHONPATH")])
                     ),
                 },
             )  # fmt: skip

@@ -309,17 +309,18 @@ def test_an_error_while_the_edges_are_partitioned_stops_the_read_ahead_before_th
 
 
 def test_follow_edges_are_sorted_unless_already_in_pair_order():
-    """``retained._in_pair_order``: (1, 2) (1, 5) (3, 1) is in order; a followee going down
-    under one follower, a follower going down, or a NULL id is not (then the partition is
-    sorted before it is written)."""
+    """``retained._pair_order``: (1, 2) (1, 5) (3, 1) is in strict order; (1, 2) twice is in
+    order but repeated; a followee going down under one follower, a follower going down, or a
+    NULL id is unsorted (then the partition is sorted before it is written)."""
     def frame(followers, followees):
         return pl.DataFrame({"follower_id": followers, "followee_id": followees})
 
-    assert retained._in_pair_order(frame([1, 1, 3], [2, 5, 1]))
-    assert not retained._in_pair_order(frame([1, 1, 3], [5, 2, 1]))
-    assert not retained._in_pair_order(frame([3, 1], [1, 2]))
-    assert not retained._in_pair_order(frame([1, None], [1, 2]))
-    assert retained._in_pair_order(frame([7], [1]))
+    assert retained._pair_order(frame([1, 1, 3], [2, 5, 1])) == "strict"
+    assert retained._pair_order(frame([1, 1, 3], [2, 2, 1])) == "repeated"
+    assert retained._pair_order(frame([1, 1, 3], [5, 2, 1])) == "unsorted"
+    assert retained._pair_order(frame([3, 1], [1, 2])) == "unsorted"
+    assert retained._pair_order(frame([1, None], [1, 2])) == "unsorted"
+    assert retained._pair_order(frame([7], [1])) == "strict"
 
 
 WRITER = textwrap.dedent(
@@ -503,6 +504,27 @@ def test_failed_snapshot_keeps_the_previous_one(settings, paths, monkeypatch):
     assert snapshot_bytes(paths) == before
     assert retained.manifest(retained.folder(paths.home, paths.snapshot_date)) == retained_before
     assert not list(retained.folder(paths.home, paths.snapshot_date).parent.glob(".*.partial"))
+
+
+def test_a_store_that_repeats_a_follow_pair_is_refused_and_nothing_is_written(sqlite_settings):
+    """A store whose follow_edges lost its primary key holds (2, 3) twice: the freeze names the
+    pair and how many rows repeat it, and leaves no snapshot (dbt counts follows with
+    ``count(*)`` on the rule that a pair is one row)."""
+    settings = sqlite_settings
+    with closing(sqlite3.connect(settings.home / "live.db")) as connection, connection:
+        connection.executescript(
+            "PRAGMA legacy_alter_table = ON;"
+            "CREATE TABLE keyless AS SELECT * FROM follow_edges;"
+            "DROP TABLE follow_edges;"
+            "ALTER TABLE keyless RENAME TO follow_edges;"
+            "INSERT INTO follow_edges SELECT * FROM follow_edges "
+            "WHERE follower_id = 2 AND followee_id = 3;"
+        )
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+    with pytest.raises(LiveStoreError, match=r"2 follow-edge rows .* more than once .*\(2, 3\)"):
+        freeze_snapshot(paths, settings, rebuild=True)
+    assert not paths.snapshot_dir.exists()
+    assert not retained.is_complete(retained.folder(paths.home, paths.snapshot_date))
 
 
 def test_timing_is_not_in_the_manifest(settings, paths):
