@@ -4,7 +4,8 @@
 -- `python bench/scale_run.py --reuse-store` (1 M users, 50 M edges): build_models 87.7 s, peak
 -- RSS 6.0 GB as a table, against 250.3 s, 8.6 GB as a view (an earlier session's run of it).
 -- count(*), not count(distinct follower_id): a (follower_id, followee_id) pair is one snapshot
--- row (the store's primary key; freeze_snapshot refuses a store that repeats a pair), and a
+-- row (the store's primary key; freeze_snapshot refuses a partition that repeats a pair,
+-- recs.nightly.follow_pairs), and a
 -- distinct count per followee over every edge was the build's most expensive aggregate (38.7 s
 -- of node time at 50 M edges).
 {{ config(materialized='table') }}

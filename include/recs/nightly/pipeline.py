@@ -170,7 +170,9 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     # the task holds one shard at a time (bench/README.md, "The night at scale": at 1 M users
     # the RSS grew 100-150 MB a shard without it; with it 16 shards peaked at 1,032 MB). What
     # lived before the first shard (GX, pandas, ...) is frozen out of those collections: 0.01
-    # instead of 0.15 s a shard.
+    # instead of 0.15 s a shard. A process that froze objects itself (a worker that forks its
+    # tasks) keeps them frozen: gc.unfreeze would release everything, not only ours.
+    frozen_before = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
     try:
@@ -180,7 +182,8 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
                 results.append(_validate(paths, settings, shard_id))
             gc.collect()
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
     return results
 
 

@@ -31,6 +31,7 @@ from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
 from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
 from recs.files import read_json, sha256_file, staging_name, write_json
+from recs.nightly import follow_pairs
 from recs.nightly.artifacts import Part, run_store
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
@@ -44,7 +45,7 @@ log = logging.getLogger("recs.nightly.retained")
 MANIFEST = "manifest.json"
 SORT_KEYS: dict[str, list[str]] = {
     "users": ["user_id"],
-    "follow_edges": ["follower_id", "followee_id"],
+    "follow_edges": follow_pairs.KEYS,
     "blocks": ["blocker_id", "blocked_id"],
     "mutes": ["muter_id", "muted_id"],
     "dismissed_candidates": ["user_id", "candidate_id"],
@@ -205,7 +206,9 @@ def freeze(
                             _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
                             for chunk in reader.iter_table("follow_edges")
                         )
-                        parts, by_status = partition_by_shard(chunks, plan.shard_count, spill)
+                        parts, by_status = partition_by_shard(
+                            chunks, plan.shard_count, spill, follow_pairs.LIVE_STORE
+                        )
                         for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
                             write_table(
                                 name,
@@ -218,7 +221,9 @@ def freeze(
                             f"reading the live store {display_url(url)} failed (the run can be "
                             f"retried): {one_line(error, url, limit=300)}"
                         ) from error
-                shards = write_follow_edges(parts, plan.shard_count, staging)
+                shards = write_follow_edges(
+                    parts, plan.shard_count, staging, follow_pairs.LIVE_STORE
+                )
                 tables["follow_edges"] = {
                     "path": "follow_edges",
                     "rows": sum(s["rows"] for s in shards),
@@ -240,6 +245,7 @@ def freeze(
                     "row_counts": {name: tables[name]["rows"] for name in SNAPSHOT_SCHEMAS},
                     "follow_edges_by_status": by_status,
                     "follow_edges_shards": shards,
+                    "follow_edges_pairs": follow_pairs.PAIRS_CHECKED,
                     "excluded_after_cut_off": dict(sorted(excluded.items())),
                 }
                 write_json(staging / MANIFEST, document)
@@ -338,16 +344,18 @@ def shard_path(shard_id: int) -> str:
 
 
 def partition_by_shard(
-    chunks: Iterator[pl.DataFrame], shard_count: int, spill_dir: Path
+    chunks: Iterator[pl.DataFrame], shard_count: int, spill_dir: Path, origin: follow_pairs.Origin
 ) -> tuple[dict[int, list[Path]], dict[str, int]]:
     """Split follow-edge chunks by ``shard_of(follower_id)`` as they are read, each shard's
     piece of each chunk spilled to ``spill_dir/NNN/MMMMMM.arrow`` (Arrow IPC, uncompressed), so
     memory holds one chunk, not the table; returns the spill files of each shard and the row
     count per ``status``. The caller removes ``spill_dir``. Chunk by chunk: a global
-    ``partition_by`` doubles peak memory (``bench/README.md``)."""
+    ``partition_by`` doubles peak memory (``bench/README.md``). A NULL id (no shard to file it
+    under) is ``follow_pairs.refuse_nulls``' error, naming ``origin``."""
     parts: dict[int, list[Path]] = {}
     by_status: dict[str, int] = {}
     for number, chunk in enumerate(chunks):
+        follow_pairs.refuse_nulls(chunk, origin)
         for status, count in chunk.group_by("status").len().iter_rows():
             by_status[status] = by_status.get(status, 0) + count
         keyed = chunk.with_columns(shard_expr("follower_id", shard_count).alias("_shard"))
@@ -361,60 +369,29 @@ def partition_by_shard(
 
 
 def write_follow_edges(
-    parts: dict[int, list[Path]], shard_count: int, target: Path
+    parts: dict[int, list[Path]],
+    shard_count: int,
+    target: Path,
+    origin: follow_pairs.Origin,
 ) -> list[dict[str, Any]]:
     """Write every shard ``0 .. shard_count-1`` (empty ones too) from its spilled pieces
-    (``partition_by_shard``), each sorted by its key, in a thread pool (sorting, encoding and
-    compression release the GIL; memory: ``WRITE_THREADS`` shards at a time). The home of the
-    rule "one row per (follower_id, followee_id)" for the snapshot: a pair found twice is a
-    ``LiveStoreError`` (checked in the same pass as the order, so it costs nothing; the dbt
-    models count follows with ``count(*)`` on it)."""
+    (``partition_by_shard``), each in key order and checked by ``follow_pairs.checked`` (a
+    ``LiveStoreError`` naming ``origin`` if a pair repeats or an id is NULL), in a thread pool
+    (sorting, encoding and compression release the GIL; memory: ``WRITE_THREADS`` shards at a
+    time)."""
     contract = SNAPSHOT_SCHEMAS["follow_edges"]
 
     def write(shard_id: int) -> dict[str, Any]:
         pieces = [pl.read_ipc(path) for path in parts.get(shard_id, [])]
         part = pl.concat(pieces or [pl.DataFrame(schema=contract)])
         del pieces
-        order = _pair_order(part)
-        if order == "unsorted":  # the SQLite store's scan is in key order already
-            part = part.sort(SORT_KEYS["follow_edges"])
-            order = _pair_order(part)
-        if order == "repeated":
-            raise LiveStoreError(_repeated_pairs_message(part, shard_id))
+        part = follow_pairs.checked(part, shard_id, origin)
         relative = shard_path(shard_id)
         write_parquet(part, contract, target / relative)
         return {"shard_id": shard_id, "path": relative, "rows": part.height}
 
     with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="recs-snap") as pool:
         return list(pool.map(write, range(shard_count)))
-
-
-def _pair_order(part: pl.DataFrame) -> str:
-    """How follow edges are ordered by their key ``(follower_id, followee_id)``, in one
-    vectorised pass (a fifth of the time of sorting 3 M rows): ``strict`` (ascending, every
-    pair once), ``repeated`` (ascending, a pair more than once) or ``unsorted`` (also: a NULL
-    id, which dbt's not_null tests report)."""
-    if part["follower_id"].null_count() or part["followee_id"].null_count():
-        return "unsorted"
-    follower = part["follower_id"].to_numpy()
-    followee = part["followee_id"].to_numpy()
-    same = follower[1:] == follower[:-1]
-    if not ((follower[1:] > follower[:-1]) | (same & (followee[1:] >= followee[:-1]))).all():
-        return "unsorted"
-    return "repeated" if (same & (followee[1:] == followee[:-1])).any() else "strict"
-
-
-def _repeated_pairs_message(part: pl.DataFrame, shard_id: int) -> str:
-    """The error of a sorted partition holding a pair more than once: how many, one example."""
-    repeated = part.filter(pl.struct("follower_id", "followee_id").is_duplicated())
-    first = repeated.row(0, named=True)
-    return (
-        f"the live store holds {repeated.height:,} follow-edge rows whose (follower_id, "
-        f"followee_id) pair appears more than once (shard {shard_id:03d}; e.g. "
-        f"({first['follower_id']}, {first['followee_id']})): the pair is the table's primary "
-        "key, so one follow is one row; remove the repeats (or load the store with `recs "
-        "import`) and freeze again"
-    )
 
 
 @contextmanager

@@ -16,7 +16,9 @@ the DAG run's data interval. A snapshot holds only what existed by then. Where i
    ``SnapshotNotRetainedError`` before anything is written: the store no longer shows that date.
 
 The shard plan is made here, from the snapshot's eligible users (``shard_plan``), and follow edges
-are partitioned by it; a retained snapshot made with another plan is re-partitioned. Output
+are partitioned by it; a retained snapshot made with another plan is re-partitioned. Every
+partition obeys ``follow_pairs`` (one row per pair): checked when frozen or re-partitioned, and
+when reused if the retained manifest does not say it was checked (an earlier version's). Output
 (``paths.snapshot_dir``, contracts.SNAPSHOT_SCHEMAS): ``users.parquet  blocks.parquet
 mutes.parquet  dismissed_candidates.parquet  user_interests.parquet
 follow_edges/shard_id=NNN/part-0.parquet  manifest.json``. Rows are sorted by their key with fixed
@@ -37,7 +39,7 @@ import polars as pl
 
 from recs.config import Settings
 from recs.files import link_or_copy, staging_name, write_json
-from recs.nightly import retained
+from recs.nightly import follow_pairs, retained
 from recs.nightly.locks import run_lock
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
@@ -160,7 +162,14 @@ def _materialize(
             relative = document["tables"][name]["path"]
             link_or_copy(frozen / relative, staging / relative)
         if document["shard_count"] == shard_count:
+            unchecked = document.get("follow_edges_pairs") != follow_pairs.PAIRS_CHECKED
             for shard in document["follow_edges_shards"]:
+                if unchecked:  # frozen by an earlier version: the rule was dbt's test then
+                    follow_pairs.checked(
+                        pl.read_parquet(frozen / shard["path"], columns=follow_pairs.KEYS),
+                        shard["shard_id"],
+                        follow_pairs.retained(frozen),
+                    )
                 link_or_copy(frozen / shard["path"], staging / shard["path"])
             shards = document["follow_edges_shards"]
         else:
@@ -172,9 +181,10 @@ def _materialize(
             chunks = (
                 pl.read_parquet(frozen / shard["path"]) for shard in document["follow_edges_shards"]
             )
+            origin = follow_pairs.retained(frozen)
             with retained.spill_folder(final) as spill:  # beside final: a leftover is found
-                parts, _ = retained.partition_by_shard(chunks, shard_count, spill)
-                shards = retained.write_follow_edges(parts, shard_count, staging)
+                parts, _ = retained.partition_by_shard(chunks, shard_count, spill, origin)
+                shards = retained.write_follow_edges(parts, shard_count, staging, origin)
         old = final.with_name(staging_name(final.name, ".old"))
         if final.exists():
             os.rename(final, old)

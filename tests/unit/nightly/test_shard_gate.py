@@ -256,6 +256,30 @@ def test_a_gate_task_checks_its_group_one_shard_after_another(tmp_path):
     assert [paths.shard_validation(i).exists() for i in range(4)] == [False, True, False, True]
 
 
+def test_a_gate_task_leaves_the_process_freeze_as_it_found_it(tmp_path):
+    """The gate freezes what lived before its first shard out of the collections: in a process
+    that froze nothing, everything is unfrozen after; in one that froze objects itself (a
+    worker that forks its tasks), nothing is unfrozen, those objects included."""
+    import gc
+
+    from recs.nightly import pipeline
+
+    paths, settings = write_good_run(tmp_path / "home")
+    _with_frozen_settings(paths, settings)
+    gc.unfreeze()
+    pipeline.validate_shards(paths, [1])
+    assert gc.get_freeze_count() == 0
+    forked_worker = [object() for _ in range(10)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        pipeline.validate_shards(paths, [3])
+        assert gc.get_freeze_count() >= before > 0
+    finally:
+        gc.unfreeze()
+    del forked_worker
+
+
 def test_a_gate_group_outside_the_plan_is_refused_before_any_check(tmp_path):
     from recs.errors import ShardOutOfRangeError
     from recs.nightly import pipeline

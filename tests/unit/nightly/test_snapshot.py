@@ -8,6 +8,8 @@ reader's own details (ADBC batch typing, text timestamps, WAL).
 from __future__ import annotations
 
 import datetime as dt
+import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
 from recs.errors import LiveStoreError
 from recs.files import read_json
-from recs.nightly import retained
+from recs.nightly import follow_pairs, retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
@@ -292,14 +294,14 @@ def test_an_error_while_the_edges_are_partitioned_stops_the_read_ahead_before_th
     monkeypatch.setattr(readers._AdbcSqliteReader, "_begin", watched_begin)
     partition = retained.partition_by_shard
 
-    def failing(chunks, shard_count, spill):
+    def failing(chunks, shard_count, spill, origin):
         def until_full():
             for number, chunk in enumerate(chunks):
                 if number == 1:
                     raise OSError(28, "No space left on device")
                 yield chunk
 
-        return partition(until_full(), shard_count, spill)
+        return partition(until_full(), shard_count, spill, origin)
 
     monkeypatch.setattr(retained, "partition_by_shard", failing)
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
@@ -309,18 +311,36 @@ def test_an_error_while_the_edges_are_partitioned_stops_the_read_ahead_before_th
 
 
 def test_follow_edges_are_sorted_unless_already_in_pair_order():
-    """``retained._pair_order``: (1, 2) (1, 5) (3, 1) is in strict order; (1, 2) twice is in
-    order but repeated; a followee going down under one follower, a follower going down, or a
-    NULL id is unsorted (then the partition is sorted before it is written)."""
-    def frame(followers, followees):
-        return pl.DataFrame({"follower_id": followers, "followee_id": followees})
+    """``follow_pairs.pair_order``: (1, 2) (1, 5) (3, 1) is in strict order; (1, 2) twice is in
+    order but repeated; a followee going down under one follower or a follower going down is
+    unsorted. ``checked`` sorts an unsorted partition, then refuses a repeat found only after
+    the sort, and a NULL id, naming the origin, the shard and the remedy."""
 
-    assert retained._pair_order(frame([1, 1, 3], [2, 5, 1])) == "strict"
-    assert retained._pair_order(frame([1, 1, 3], [2, 2, 1])) == "repeated"
-    assert retained._pair_order(frame([1, 1, 3], [5, 2, 1])) == "unsorted"
-    assert retained._pair_order(frame([3, 1], [1, 2])) == "unsorted"
-    assert retained._pair_order(frame([1, None], [1, 2])) == "unsorted"
-    assert retained._pair_order(frame([7], [1])) == "strict"
+    def frame(followers, followees):
+        return pl.DataFrame(
+            {"follower_id": followers, "followee_id": followees},
+            schema={"follower_id": pl.Int64, "followee_id": pl.Int64},
+        )
+
+    assert follow_pairs.pair_order(frame([1, 1, 3], [2, 5, 1])) == "strict"
+    assert follow_pairs.pair_order(frame([1, 1, 3], [2, 2, 1])) == "repeated"
+    assert follow_pairs.pair_order(frame([1, 1, 3], [5, 2, 1])) == "unsorted"
+    assert follow_pairs.pair_order(frame([3, 1], [1, 2])) == "unsorted"
+    assert follow_pairs.pair_order(frame([7], [1])) == "strict"
+    live = follow_pairs.LIVE_STORE
+    assert follow_pairs.checked(frame([3, 1, 1], [1, 5, 2]), 0, live).rows() == [
+        (1, 2),
+        (1, 5),
+        (3, 1),
+    ]
+    with pytest.raises(LiveStoreError, match=r"live store holds 2 .* \(shard 007; e.g. \(1, 2\)"):
+        follow_pairs.checked(frame([1, 3, 1], [2, 1, 2]), 7, live)
+    with pytest.raises(
+        LiveStoreError, match=r"NULL follower_id .* \(1 in one read; e.g. \(None, 2\)"
+    ):
+        follow_pairs.checked(frame([1, None], [1, 2]), 0, live)
+    with pytest.raises(LiveStoreError, match=r"NULL"):
+        follow_pairs.checked(frame([1, 2], [None, 2]), 0, live)
 
 
 WRITER = textwrap.dedent(
@@ -506,25 +526,78 @@ def test_failed_snapshot_keeps_the_previous_one(settings, paths, monkeypatch):
     assert not list(retained.folder(paths.home, paths.snapshot_date).parent.glob(".*.partial"))
 
 
-def test_a_store_that_repeats_a_follow_pair_is_refused_and_nothing_is_written(sqlite_settings):
-    """A store whose follow_edges lost its primary key holds (2, 3) twice: the freeze names the
-    pair and how many rows repeat it, and leaves no snapshot (dbt counts follows with
-    ``count(*)`` on the rule that a pair is one row)."""
+BREAK_THE_PAIR_RULE = {
+    "repeat": "INSERT INTO follow_edges SELECT * FROM follow_edges "
+    "WHERE follower_id = 2 AND followee_id = 3",
+    "null": "UPDATE follow_edges SET follower_id = NULL WHERE follower_id = 2 AND followee_id = 3",
+}
+
+
+@pytest.mark.parametrize(
+    ("broken", "error"),
+    [
+        ("repeat", r"live store holds 2 follow-edge rows .* more than once .*\(2, 3\)"),
+        ("null", r"live store holds follow-edge rows with a NULL .* e.g. \(None, 3\)"),
+    ],
+)
+def test_a_store_that_breaks_the_pair_rule_is_refused_and_nothing_is_written(
+    sqlite_settings, broken, error
+):
+    """A store whose follow_edges lost its primary key and NOT NULL constraints holds (2, 3)
+    twice, or (NULL, 3) instead of it: the freeze names the rule, how many rows break it and
+    one, and leaves no snapshot (dbt counts follows with ``count(*)`` on the rule that a pair
+    is one row; stg_follow_edges would drop a NULL id's row unseen by dbt's not_null tests)."""
     settings = sqlite_settings
     with closing(sqlite3.connect(settings.home / "live.db")) as connection, connection:
         connection.executescript(
             "PRAGMA legacy_alter_table = ON;"
             "CREATE TABLE keyless AS SELECT * FROM follow_edges;"
             "DROP TABLE follow_edges;"
-            "ALTER TABLE keyless RENAME TO follow_edges;"
-            "INSERT INTO follow_edges SELECT * FROM follow_edges "
-            "WHERE follower_id = 2 AND followee_id = 3;"
+            "ALTER TABLE keyless RENAME TO follow_edges;" + BREAK_THE_PAIR_RULE[broken]
         )
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
-    with pytest.raises(LiveStoreError, match=r"2 follow-edge rows .* more than once .*\(2, 3\)"):
+    with pytest.raises(LiveStoreError, match=error):
         freeze_snapshot(paths, settings, rebuild=True)
     assert not paths.snapshot_dir.exists()
     assert not retained.is_complete(retained.folder(paths.home, paths.snapshot_date))
+
+
+def as_an_earlier_version_froze_it(settings: Settings, *, repeat: bool) -> Path:
+    """The retained snapshot of SNAPSHOT_DATE as a version before ``follow_pairs`` left it: no
+    ``follow_edges_pairs`` in its manifest and, with ``repeat``, shard 0 holding a pair twice
+    (still in key order: dbt's unique test was the rule's home then)."""
+    freeze_snapshot(RunPaths.create(settings.home, SNAPSHOT_DATE, "first"), settings)
+    target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
+    document = read_json(target / retained.MANIFEST)
+    del document["follow_edges_pairs"]
+    (target / retained.MANIFEST).write_text(json.dumps(document))
+    if repeat:
+        path = target / retained.shard_path(0)
+        part = pl.read_parquet(path)
+        part = pl.concat([part, part.head(1)]).sort(follow_pairs.KEYS)
+        path.unlink()  # hard-linked into the first run's snapshot: a new file, not a rewrite
+        part.write_parquet(path)
+    return target
+
+
+@pytest.mark.parametrize("shard_count", [4, 8], ids=["reused", "re-partitioned"])
+def test_a_retained_snapshot_that_repeats_a_pair_is_refused_with_the_rebuild_remedy(
+    sqlite_settings, shard_count
+):
+    """An earlier version's retained snapshot (no mark that its pairs were checked) with a pair
+    twice in shard 0: reusing it as is (same plan: hard links) or re-partitioning it (8 shards)
+    refuses it, naming the retained snapshot and --rebuild-snapshot, not the live store; the
+    same snapshot without the repeat is reused."""
+    settings = sqlite_settings.model_copy(update={"shard_count": shard_count})
+    target = as_an_earlier_version_froze_it(sqlite_settings, repeat=True)
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "second")
+    with pytest.raises(LiveStoreError, match=r"retained snapshot .* more than once .*--rebuild-"):
+        freeze_snapshot(paths, settings)
+    assert not paths.snapshot_dir.exists()
+    shutil.rmtree(target)
+    as_an_earlier_version_froze_it(sqlite_settings, repeat=False)
+    freeze_snapshot(paths, settings)
+    assert read_edges(paths).height == len(FOLLOWS) + len(PENDING)
 
 
 def test_timing_is_not_in_the_manifest(settings, paths):
@@ -551,11 +624,11 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     seen: list[list[Path]] = []
     real = retained.write_follow_edges
 
-    def watching(parts, shard_count, staging):
+    def watching(parts, shard_count, staging, origin):
         files = [path for paths_ in parts.values() for path in paths_]
         assert all(path.is_file() and path.suffix == ".arrow" for path in files)
         seen.append(files)
-        return real(parts, shard_count, staging)
+        return real(parts, shard_count, staging, origin)
 
     monkeypatch.setattr(retained, "write_follow_edges", watching)
     freeze_snapshot(paths, settings, rebuild=True)
@@ -564,7 +637,7 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     assert edges.height == len(FOLLOWS) + len(PENDING)
     assert not list(target.parent.glob(".*.spill"))
 
-    def broken(parts, shard_count, staging):
+    def broken(parts, shard_count, staging, origin):
         raise OSError("disk full")
 
     monkeypatch.setattr(retained, "write_follow_edges", broken)

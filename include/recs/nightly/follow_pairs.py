@@ -1,0 +1,96 @@
+"""The snapshot's rule for follow edges: one row per ``(follower_id, followee_id)``, neither NULL.
+
+The pair is ``follow_edges``' primary key in the store (``recs.store.schema``), and the dbt models
+count follows with ``count(*)`` on that rule (``int_user_in_degrees_counted``), so a snapshot
+partition that breaks it is refused before it is written, never counted twice. The check is one
+vectorised pass over a partition that is already in key order (the SQLite store scans in key
+order) and a sort only when it is not. A NULL id is refused too: ``stg_follow_edges`` would drop
+the row unseen (``follower_id <> followee_id`` is NULL), so dbt's not_null tests never see it.
+
+``PAIRS_CHECKED`` marks a retained manifest whose partitions were checked when frozen; one made by
+an earlier version (or received from the run store) without it is checked when reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import polars as pl
+
+from recs.errors import LiveStoreError
+
+KEYS = ["follower_id", "followee_id"]
+PAIRS_CHECKED = "unique"
+"""``manifest["follow_edges_pairs"]`` of a retained snapshot whose partitions passed ``checked``."""
+
+
+class Origin(NamedTuple):
+    """Where the follow edges being checked came from, for the error: its name and the remedy."""
+
+    name: str
+    remedy: str
+
+
+LIVE_STORE = Origin(
+    "the live store",
+    "the pair is the table's primary key, so one follow is one row; mend those rows (or load the "
+    "store with `recs import`) and freeze again",
+)
+
+
+def retained(path: Path) -> Origin:
+    """The origin of a retained snapshot's follow edges (made by an earlier version)."""
+    return Origin(
+        f"the retained snapshot {path}",
+        "make it again from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot "
+        "param)",
+    )
+
+
+def refuse_nulls(edges: pl.DataFrame, origin: Origin) -> None:
+    """Raise ``LiveStoreError`` naming ``origin``, how many rows and one example if a follower_id
+    or a followee_id of ``edges`` is NULL (the null counts are Arrow metadata: free when none)."""
+    if not (edges["follower_id"].null_count() or edges["followee_id"].null_count()):
+        return
+    nulls = edges.filter(pl.col("follower_id").is_null() | pl.col("followee_id").is_null())
+    first = nulls.row(0, named=True)
+    raise LiveStoreError(
+        f"{origin.name} holds follow-edge rows with a NULL follower_id or followee_id ("
+        f"{nulls.height:,} in one read; e.g. ({first['follower_id']}, {first['followee_id']})); "
+        f"{origin.remedy}"
+    )
+
+
+def checked(part: pl.DataFrame, shard_id: int, origin: Origin) -> pl.DataFrame:
+    """``part`` (follow edges of shard ``shard_id``, any row order) in key order, sorted only if it
+    is not already. Raises ``LiveStoreError`` naming ``origin`` if an id is NULL
+    (``refuse_nulls``) or a pair appears more than once (with the shard, how many of its rows
+    and one example; other shards are not counted: the first partition that breaks the rule
+    stops the freeze)."""
+    refuse_nulls(part, origin)
+    order = pair_order(part)
+    if order == "unsorted":
+        part = part.sort(KEYS)
+        order = pair_order(part)
+    if order == "repeated":
+        repeated = part.filter(pl.struct(*KEYS).is_duplicated())
+        first = repeated.row(0, named=True)
+        raise LiveStoreError(
+            f"{origin.name} holds {repeated.height:,} follow-edge rows whose (follower_id, "
+            f"followee_id) pair appears more than once (shard {shard_id:03d}; e.g. "
+            f"({first['follower_id']}, {first['followee_id']})); {origin.remedy}"
+        )
+    return part
+
+
+def pair_order(part: pl.DataFrame) -> str:
+    """How NULL-free follow edges are ordered by ``(follower_id, followee_id)``, in one vectorised
+    pass (a fifth of the time of sorting 3 M rows): ``strict`` (ascending, every pair once),
+    ``repeated`` (ascending, a pair more than once) or ``unsorted``."""
+    follower = part["follower_id"].to_numpy()
+    followee = part["followee_id"].to_numpy()
+    same = follower[1:] == follower[:-1]
+    if not ((follower[1:] > follower[:-1]) | (same & (followee[1:] >= followee[:-1]))).all():
+        return "unsorted"
+    return "repeated" if (same & (followee[1:] == followee[:-1])).any() else "strict"
