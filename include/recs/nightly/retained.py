@@ -201,9 +201,10 @@ def freeze(
                             max_map_length,
                         )
                         write_table("users", kept)
+                        unknown = follow_pairs.UnknownAccounts(kept.get_column("user_id"))
                         del kept
                         chunks = (
-                            _as_of(chunk, "follow_edges", cut_off, dropped, excluded)
+                            unknown.tally(_as_of(chunk, "follow_edges", cut_off, dropped, excluded))
                             for chunk in reader.iter_table("follow_edges")
                         )
                         parts, by_status = partition_by_shard(
@@ -246,6 +247,7 @@ def freeze(
                     "follow_edges_by_status": by_status,
                     "follow_edges_shards": shards,
                     "follow_edges_pairs": follow_pairs.PAIRS_CHECKED,
+                    "follow_edges_naming_unknown_accounts": unknown.as_dict(),
                     "excluded_after_cut_off": dict(sorted(excluded.items())),
                 }
                 write_json(staging / MANIFEST, document)
@@ -255,6 +257,12 @@ def freeze(
                 raise
         log.info("retained snapshot %s: %s (left out after the cut-off: %s)",
                  target, document["row_counts"], document["excluded_after_cut_off"])  # fmt: skip
+        if unknown.rows:
+            log.warning(
+                "%d follow edges of the snapshot name an account its users table lacks (e.g. %s): "
+                "kept (they only add exclusions); the live store has no foreign keys",
+                unknown.rows, unknown.example,
+            )  # fmt: skip
         return standby
 
 

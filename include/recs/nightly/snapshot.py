@@ -65,7 +65,8 @@ def freeze_snapshot(
     Writes ``manifest.json`` last: ``snapshot_date``, ``run_id``, ``as_of`` (= ``cut_off``),
     ``source`` (``kind`` live_store / rebuilt, the retained folder, the run that froze it, so a
     rerun writes the same bytes), ``shard_count``, ``shard_plan``, ``store``, ``tables``,
-    ``row_counts``, ``follow_edges_by_status``, ``follow_edges_shards``,
+    ``row_counts``, ``follow_edges_by_status``, ``follow_edges_naming_unknown_accounts`` (rows
+    and an example pair), ``follow_edges_shards``,
     ``excluded_after_cut_off`` (rows per table left out) and ``settings`` (today's, with the
     planned ``shard_count``: what every later stage computes with, ``pipeline.run_settings``).
 
@@ -118,6 +119,10 @@ def freeze_snapshot(
             },
             "row_counts": document["row_counts"],
             "follow_edges_by_status": document["follow_edges_by_status"],
+            # None: frozen by a version that left this to dbt's relationships tests
+            "follow_edges_naming_unknown_accounts": document.get(
+                "follow_edges_naming_unknown_accounts"
+            ),
             "follow_edges_shards": shards,
             "excluded_after_cut_off": document["excluded_after_cut_off"],
             "settings": run_settings.model_dump(mode="json"),

@@ -194,6 +194,7 @@ def test_manifest_counts_and_settings_round_trip(settings, paths):
     assert manifest["shard_count"] == 4
     assert manifest["store"]["backend"] == backend_of(settings)
     assert manifest["follow_edges_by_status"] == {"active": 8, "pending": 1}
+    assert manifest["follow_edges_naming_unknown_accounts"] == {"rows": 0, "example": None}
     shards = manifest["follow_edges_shards"]
     assert [s["shard_id"] for s in shards] == [0, 1, 2, 3]
     assert sum(s["rows"] for s in shards) == manifest["row_counts"]["follow_edges"] == 9
@@ -560,6 +561,37 @@ def test_a_store_that_breaks_the_pair_rule_is_refused_and_nothing_is_written(
         freeze_snapshot(paths, settings, rebuild=True)
     assert not paths.snapshot_dir.exists()
     assert not retained.is_complete(retained.folder(paths.home, paths.snapshot_date))
+
+
+def test_edges_naming_an_account_the_users_lack_are_kept_and_counted(settings, caplog):
+    """(2, 77) and (88, 1) name accounts that never existed (the store has no foreign keys):
+    both are kept (9 + 2 edges) and counted, the smaller pair as the example (whatever order
+    the store reads them in), in the retained and the run's manifest and in a warning; an
+    account created after the cut-off (99) is not unknown: its edge is left out, as before."""
+    engine = engine_for(settings.live_store_url)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.users.insert(),
+            [dict(user_id=99, created_at=T0 + dt.timedelta(days=60), last_active_at=None,
+                  account_status="active", is_discoverable=True, is_private=False)],
+        )  # fmt: skip
+        connection.execute(
+            schema.follow_edges.insert(),
+            [
+                dict(follower_id=a, followee_id=b, created_at=T0, status="active")
+                for a, b in [(88, 1), (2, 77), (1, 99)]
+            ],
+        )
+    engine.dispose()
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
+    with caplog.at_level("WARNING", logger="recs.nightly.retained"):
+        freeze_snapshot(paths, settings, rebuild=True)  # 99 is newer than the allowed lag
+    expected = {"rows": 2, "example": [2, 77]}
+    assert read_json(paths.snapshot_manifest)["follow_edges_naming_unknown_accounts"] == expected
+    frozen = retained.manifest(retained.folder(paths.home, paths.snapshot_date))
+    assert frozen["follow_edges_naming_unknown_accounts"] == expected
+    assert read_edges(paths).height == len(FOLLOWS) + len(PENDING) + 2
+    assert "2 follow edges of the snapshot name an account its users table lacks" in caplog.text
 
 
 def as_an_earlier_version_froze_it(settings: Settings, *, repeat: bool) -> Path:
