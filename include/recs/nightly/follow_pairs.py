@@ -54,11 +54,13 @@ def retained(path: Path) -> Origin:
     )
 
 
-def refuse_nulls(edges: pl.DataFrame, origin: Origin) -> None:
-    """Raise ``LiveStoreError`` naming ``origin``, how many rows and one example if a follower_id
-    or a followee_id of ``edges`` is NULL (the null counts are Arrow metadata: free when none)."""
+def refuse_nulls(edges: pl.DataFrame, origin: Origin) -> pl.DataFrame:
+    """``edges``, unchanged, unless a follower_id or a followee_id is NULL: then a
+    ``LiveStoreError`` naming ``origin``, how many rows and one example (the null counts are
+    Arrow metadata: free when none). Called on the rows as read, before any filter (a NULL id
+    makes ``is_in`` NULL, so a filter would drop the row unseen)."""
     if not (edges["follower_id"].null_count() or edges["followee_id"].null_count()):
-        return
+        return edges
     nulls = edges.filter(pl.col("follower_id").is_null() | pl.col("followee_id").is_null())
     first = nulls.row(0, named=True)
     raise LiveStoreError(
@@ -103,8 +105,9 @@ def pair_order(part: pl.DataFrame) -> str:
 
 
 class UnknownAccounts:
-    """Counts follow edges whose follower_id or followee_id is not a ``user_ids`` value (the
-    snapshot's users), chunk by chunk; keeps the smallest such pair as an example."""
+    """Counts follow edges (self-follows aside) whose follower_id or followee_id is not a
+    ``user_ids`` value (the snapshot's users), chunk by chunk; keeps the smallest such pair as
+    an example."""
 
     def __init__(self, user_ids: pl.Series) -> None:
         self._known = user_ids.implode()
@@ -115,7 +118,7 @@ class UnknownAccounts:
         """Count ``chunk``'s edges naming an unknown account; return ``chunk`` unchanged."""
         unknown = ~(
             pl.col("follower_id").is_in(self._known) & pl.col("followee_id").is_in(self._known)
-        )
+        ) & (pl.col("follower_id") != pl.col("followee_id"))  # stg_follow_edges drops self-follows
         found = chunk.filter(unknown).select(KEYS)
         if found.height:
             self.rows += found.height

@@ -203,13 +203,17 @@ def freeze(
                         write_table("users", kept)
                         unknown = follow_pairs.UnknownAccounts(kept.get_column("user_id"))
                         del kept
+                        live = follow_pairs.LIVE_STORE
                         chunks = (
-                            unknown.tally(_as_of(chunk, "follow_edges", cut_off, dropped, excluded))
+                            unknown.tally(
+                                _as_of(
+                                    follow_pairs.refuse_nulls(chunk, live),
+                                    "follow_edges", cut_off, dropped, excluded,
+                                )
+                            )
                             for chunk in reader.iter_table("follow_edges")
-                        )
-                        parts, by_status = partition_by_shard(
-                            chunks, plan.shard_count, spill, follow_pairs.LIVE_STORE
-                        )
+                        )  # fmt: skip
+                        parts, by_status = partition_by_shard(chunks, plan.shard_count, spill, live)
                         for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
                             write_table(
                                 name,

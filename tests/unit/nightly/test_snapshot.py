@@ -534,6 +534,19 @@ BREAK_THE_PAIR_RULE = {
 }
 
 
+def add_an_account_created_after_the_cut_off(settings: Settings) -> None:
+    """User 99, created 60 days after T0 (past SNAPSHOT_DATE's cut-off): the freeze leaves it
+    out, and every row naming it; the store is then newer than the lag allows (rebuild)."""
+    engine = engine_for(settings.live_store_url)
+    with engine.begin() as connection:
+        connection.execute(
+            schema.users.insert(),
+            [dict(user_id=99, created_at=T0 + dt.timedelta(days=60), last_active_at=None,
+                  account_status="active", is_discoverable=True, is_private=False)],
+        )  # fmt: skip
+    engine.dispose()
+
+
 @pytest.mark.parametrize(
     ("broken", "error"),
     [
@@ -547,8 +560,11 @@ def test_a_store_that_breaks_the_pair_rule_is_refused_and_nothing_is_written(
     """A store whose follow_edges lost its primary key and NOT NULL constraints holds (2, 3)
     twice, or (NULL, 3) instead of it: the freeze names the rule, how many rows break it and
     one, and leaves no snapshot (dbt counts follows with ``count(*)`` on the rule that a pair
-    is one row; stg_follow_edges would drop a NULL id's row unseen by dbt's not_null tests)."""
+    is one row; stg_follow_edges would drop a NULL id's row unseen by dbt's not_null tests).
+    An account created after the cut-off (as on any night) makes the freeze leave out rows
+    naming it: a NULL id must be refused before that filter, not left out by it."""
     settings = sqlite_settings
+    add_an_account_created_after_the_cut_off(settings)
     with closing(sqlite3.connect(settings.home / "live.db")) as connection, connection:
         connection.executescript(
             "PRAGMA legacy_alter_table = ON;"
@@ -568,13 +584,9 @@ def test_edges_naming_an_account_the_users_lack_are_kept_and_counted(settings, c
     both are kept (9 + 2 edges) and counted, the smaller pair as the example (whatever order
     the store reads them in), in the retained and the run's manifest and in a warning; an
     account created after the cut-off (99) is not unknown: its edge is left out, as before."""
+    add_an_account_created_after_the_cut_off(settings)
     engine = engine_for(settings.live_store_url)
     with engine.begin() as connection:
-        connection.execute(
-            schema.users.insert(),
-            [dict(user_id=99, created_at=T0 + dt.timedelta(days=60), last_active_at=None,
-                  account_status="active", is_discoverable=True, is_private=False)],
-        )  # fmt: skip
         connection.execute(
             schema.follow_edges.insert(),
             [
@@ -592,6 +604,15 @@ def test_edges_naming_an_account_the_users_lack_are_kept_and_counted(settings, c
     assert frozen["follow_edges_naming_unknown_accounts"] == expected
     assert read_edges(paths).height == len(FOLLOWS) + len(PENDING) + 2
     assert "2 follow edges of the snapshot name an account its users table lacks" in caplog.text
+
+
+def test_unknown_accounts_are_counted_chunk_by_chunk_without_self_follows():
+    """Users 1-3: (1, 9) and (8, 2) name unknown accounts (two chunks, the smaller pair the
+    example); (7, 7) does not count (stg_follow_edges drops self-follows); (1, 2) is known."""
+    tally = follow_pairs.UnknownAccounts(pl.Series([1, 2, 3]))
+    for pairs in ([(8, 2), (1, 2)], [(7, 7), (1, 9)]):
+        tally.tally(pl.DataFrame(pairs, schema=follow_pairs.KEYS, orient="row"))
+    assert tally.as_dict() == {"rows": 2, "example": [1, 9]}
 
 
 def as_an_earlier_version_froze_it(settings: Settings, *, repeat: bool) -> Path:
