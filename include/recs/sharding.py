@@ -8,12 +8,19 @@ their *high* 16 bits, which mix every input bit, then reduce modulo the shard co
 integer arithmetic, so it is identical in Python, Polars, NumPy and DuckDB SQL and does not
 depend on any engine's built-in ``hash()``, which changes between versions. The dbt macro
 ``shard_id`` (``dbt_project/macros/shard_id.sql``) is the SQL spelling; a test checks they agree.
+
+A run's partitioned files live in ``shard_id=N/`` folders (``partition_files`` lists them): a
+light module, so the gate finds them without importing the traversal's compiled code.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 KNUTH_MULTIPLIER = 2654435761
 _LOW32 = 0xFFFFFFFF
+_PARTITION_DIR = re.compile(r"^shard_id=(\d+)$")
 
 
 def shard_of(user_id: int, shard_count: int) -> int:
@@ -57,3 +64,22 @@ def shard_sql(column: str, shard_count: int | str) -> str:
     UBIGINT: no HUGEINT per row (the dbt macro ``shard_id`` compiles to exactly this text)."""
     product = f"((({column}) % 4294967296)::ubigint * {KNUTH_MULTIPLIER})"
     return f"(({product} % 4294967296) // 65536 % {shard_count})::integer"
+
+
+def partition_files(root: Path) -> dict[int, list[Path]]:
+    """Parquet files of a Hive-partitioned folder, by shard id: ``{shard_id: [file, ...]}``.
+
+    Reads ``root/shard_id=N/*.parquet`` whether ``N`` is zero-padded (``freeze_snapshot``
+    writes ``shard_id=007``) or not (DuckDB exports write ``shard_id=7``). Files are sorted by
+    name so the read order, and so the output, is deterministic. A missing ``root`` yields ``{}``.
+    """
+    found: dict[int, list[Path]] = {}
+    root = Path(root)
+    if not root.is_dir():
+        return found
+    for child in sorted(root.iterdir()):
+        match = _PARTITION_DIR.match(child.name)
+        if match and child.is_dir():
+            files = sorted(child.glob("*.parquet"))
+            found.setdefault(int(match.group(1)), []).extend(files)
+    return {shard: sorted(files) for shard, files in sorted(found.items())}

@@ -46,6 +46,7 @@ from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
+from recs.sharding import partition_files
 
 RESULTS_FILE = "results.json"
 SUMMARY_FILE = "summary.json"
@@ -138,8 +139,6 @@ def gate_shards(paths: RunPaths, settings: Settings) -> GateShards:
 def eligible_counts(exports_dir: Path) -> dict[int, int]:
     """Tonight's eligible users per shard, ``{shard_id: count}``, from the row counts of
     ``eligible_users/shard_id=N/*.parquet`` (Parquet metadata: nothing is loaded)."""
-    from recs.traversal.inputs import partition_files
-
     files_by_shard = partition_files(Path(exports_dir) / "eligible_users")
     return {
         shard_id: pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item()

@@ -266,7 +266,7 @@ def reference_shard(paths, settings, shard_id: int):
     import polars as pl
 
     from recs.contracts import RECOMMENDATION_SCHEMA, SNAPSHOT_SCHEMAS
-    from recs.traversal.inputs import partition_files
+    from recs.sharding import partition_files
 
     snapshot = Path(paths.snapshot_dir)
     exports = Path(paths.exports_dir)

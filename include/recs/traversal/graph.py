@@ -47,6 +47,7 @@ import numpy as np
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
 from recs.files import atomic_path, atomic_write, read_json, staging_name, write_json
 from recs.sampling import rank_within_groups, sample_keys
+from recs.sharding import partition_files
 from recs.traversal.hop_order import (
     grouped_order,
     ordered_keys,
@@ -57,7 +58,6 @@ from recs.traversal.hop_order import (
     reciprocity_priority,
 )
 from recs.traversal.ids import DenseIndex
-from recs.traversal.inputs import partition_files
 from recs.traversal.predicates import recommendable_bits, recommendable_profiles
 from recs.traversal.ranking import activity_term, path_weights
 

@@ -1,8 +1,9 @@
 """Inputs of one shard task: its eligible users, first-hop lists and exclusions (ARCHITECTURE §3).
 
-Reads the run's Hive-partitioned Parquet (``partition_files``): ``exports/eligible_users``,
-``snapshot/follow_edges`` (the shard's own partition: its users' follows, any status) and
-``exports/follow_exclusions`` (the other reasons: blocks, mutes, dismissals). Returns
+Reads the run's Hive-partitioned Parquet (``recs.sharding.partition_files``):
+``exports/eligible_users``, ``snapshot/follow_edges`` (the shard's own partition: its users'
+follows, any status) and ``exports/follow_exclusions`` (the other reasons: blocks, mutes,
+dismissals). Returns
 ``ShardInputs``: per user, the first hop = its active follows of known, active accounts (a
 suspended or deactivated account is no one's first hop, so it is never in "followed by"
 either), no self-follows or duplicates, ordered by ``(sample key, followee)``
@@ -14,7 +15,6 @@ shard's edges, not with the graph.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,7 +23,7 @@ import numpy as np
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS
 from recs.errors import RecsError
 from recs.sampling import sample_key, seed_mixer
-from recs.sharding import shard_array
+from recs.sharding import partition_files, shard_array
 from recs.traversal.hop_order import (
     ordered_keys,
     popularity_priority,
@@ -39,30 +39,9 @@ from recs.traversal.predicates import (
     follow_reason,
 )
 
-_PARTITION_DIR = re.compile(r"^shard_id=(\d+)$")
-
 
 class ShardMismatchError(RecsError):
     """An eligible user filed under a shard other than the stable shard function's."""
-
-
-def partition_files(root: Path) -> dict[int, list[Path]]:
-    """Parquet files of a Hive-partitioned folder, by shard id: ``{shard_id: [file, ...]}``.
-
-    Reads ``root/shard_id=N/*.parquet`` whether ``N`` is zero-padded (``freeze_snapshot``
-    writes ``shard_id=007``) or not (DuckDB exports write ``shard_id=7``). Files are sorted by
-    name so the read order, and so the output, is deterministic. A missing ``root`` yields ``{}``.
-    """
-    found: dict[int, list[Path]] = {}
-    root = Path(root)
-    if not root.is_dir():
-        return found
-    for child in sorted(root.iterdir()):
-        match = _PARTITION_DIR.match(child.name)
-        if match and child.is_dir():
-            files = sorted(child.glob("*.parquet"))
-            found.setdefault(int(match.group(1)), []).extend(files)
-    return {shard: sorted(files) for shard, files in sorted(found.items())}
 
 
 def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict):

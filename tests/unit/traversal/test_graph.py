@@ -15,7 +15,6 @@ from recs.files import read_json, write_json
 from recs.sampling import capped_follows, sample_keys
 from recs.traversal.graph import build_graph, load_graph, sample_sorted
 from recs.traversal.ids import DenseIndex
-from recs.traversal.inputs import partition_files
 
 SEED = 20_240_601
 
@@ -185,16 +184,6 @@ def test_missing_users_file_is_a_clear_error(tmp_path):
     (paths.snapshot_dir / "users.parquet").unlink()
     with pytest.raises(RunNotFoundError, match="users.parquet"):
         build_graph(paths, settings)
-
-
-def test_partition_files_reads_padded_and_plain_folders(tmp_path):
-    for name in ("shard_id=007", "shard_id=12", "shard_id=x", "other"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "data_0.parquet").write_bytes(b"")
-    found = partition_files(tmp_path)
-    assert sorted(found) == [7, 12]
-    assert found[7] == [tmp_path / "shard_id=007" / "data_0.parquet"]
-    assert partition_files(tmp_path / "missing") == {}
 
 
 @pytest.mark.parametrize("ids", [np.arange(1000) + 50, np.arange(1000) * 1_000_003 + 7])
