@@ -18,7 +18,7 @@ from recs.errors import ValidationFailedError
 from recs.nightly.shard_gate import validate_shard
 from recs.nightly.validation import validate_run
 
-SHARD_CHECKS = 38  # of the 41: 3 (row count, list share, planned eligible) are the run step's
+SHARD_CHECKS = 29  # of the 32: 3 (row count, list share, planned eligible) are the run step's
 
 
 def gate_every_shard(paths, settings) -> list[dict]:
@@ -27,7 +27,7 @@ def gate_every_shard(paths, settings) -> list[dict]:
 
 def test_each_shard_saves_its_checks_and_figures(tmp_path):
     """Shard 2 holds user 2's 3 rows and eligible users 2 and 3: its result says so, and its
-    38 checks passed; shard 0's too (user 6, 2 rows, eligible 6 and 7)."""
+    29 checks passed; shard 0's too (user 6, 2 rows, eligible 6 and 7)."""
     paths, settings = write_good_run(tmp_path / "home")
     results = gate_every_shard(paths, settings)
     assert [(r["shard_id"], r["status"], r["rows"], r["users"], r["eligible_users"])
