@@ -73,6 +73,15 @@ class Settings(BaseSettings):
             " uses (the design's 'never blocked, throttled, or slowed'); default store_url."
         ),
     )
+    snapshot_read_connections: int = Field(
+        2,
+        exclude=True,  # how a store is read, not what the run computes
+        ge=1,
+        le=16,
+        description="Connections freeze_snapshot reads follow_edges with, one key range of "
+        "follower_id each, on threads of their own, all in one snapshot of the store "
+        "(recs.store.readers): about the cores the freeze may use. 1: one connection.",
+    )
     snapshot_standby_wait_seconds: float = Field(
         300.0,
         exclude=True,

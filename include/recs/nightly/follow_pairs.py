@@ -126,6 +126,14 @@ class UnknownAccounts:
             self.example = first if self.example is None else min(self.example, first)
         return chunk
 
+    def add(self, other: UnknownAccounts) -> None:
+        """Count ``other``'s rows too (another range of the same read), keeping the smaller
+        example."""
+        self.rows += other.rows
+        if other.example is not None:
+            examples = [other.example] if self.example is None else [self.example, other.example]
+            self.example = min(examples)
+
     def as_dict(self) -> dict[str, Any]:
         """``{"rows", "example"}`` for the manifest (``example``: a [follower_id, followee_id]
         pair, or None when every edge names known accounts)."""

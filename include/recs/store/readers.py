@@ -1,7 +1,8 @@
 """Consistent reads of the whole live store: every table in **one read transaction**.
 
 ``open_reader(url)`` yields a ``LiveStoreReader``; its reads all see the store at one instant
-while writers keep committing, and none of them waits for a writer or makes one wait:
+while writers keep committing, and none of them waits for a writer or makes one wait (with
+several connections on SQLite, writers wait for the milliseconds they take to open: below):
 
 - SQLite (WAL mode): the ADBC SQLite driver, ``BEGIN`` then the ``SELECT``s on a
   ``query_only`` connection; a WAL reader sees the database as of its first read
@@ -9,6 +10,18 @@ while writers keep committing, and none of them waits for a writer or makes one 
 - PostgreSQL: the ADBC PostgreSQL driver in one ``REPEATABLE READ, READ ONLY`` transaction;
   the driver fetches each ``SELECT`` as ``COPY (...) TO STDOUT (FORMAT binary)`` into Arrow.
 - Any other SQLAlchemy URL: ``polars.read_database`` on one SQLAlchemy transaction.
+
+**Several connections, one snapshot** (``open_reader(url, connections=n)``): ``iter_ranges``
+splits one table by ranges of an integer key, each read by its own connection on a thread of the
+caller's, so a large table is read on ``n`` cores. All of them see the one instant:
+
+- SQLite: a further connection takes the write lock (``BEGIN IMMEDIATE``) while the readers
+  open their transactions and make their first read, then lets it go: no commit can fall between
+  them, and a writer waits that long (milliseconds; its busy timeout covers it). If the lock is
+  not free within the busy timeout (a bulk load holds it), the read uses one connection.
+- PostgreSQL: the first transaction exports its snapshot (``pg_export_snapshot()``) and the
+  others adopt it (``SET TRANSACTION SNAPSHOT``), as ``pg_dump --jobs`` does; also on a hot
+  standby (PostgreSQL >= 10).
 
 Frames have the columns and dtypes of ``recs.contracts.SNAPSHOT_SCHEMAS``. The nightly
 snapshot (``recs.nightly.snapshot``) is the reader. Why ADBC, and why this process must not
@@ -20,8 +33,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -72,18 +87,29 @@ class LiveStoreReader(Protocol):
         """Every row of store table ``name`` as one frame (``iter_table`` concatenated)."""
         ...
 
+    def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
+        """Every row of store table ``name`` as ``iter_table`` frames, split by ranges of the
+        integer ``column`` (ascending, disjoint; the first also yields the rows whose
+        ``column`` is NULL), one per open connection (one range with a single connection or
+        an empty table). Each iterator uses its own connection: consume each on one thread,
+        all of them fully, before any other read."""
+        ...
+
 
 @contextmanager
-def open_reader(url: str) -> Iterator[LiveStoreReader]:
+def open_reader(url: str, connections: int = 1) -> Iterator[LiveStoreReader]:
     """A ``LiveStoreReader`` whose reads all see one snapshot; the transaction ends on exit.
 
-    Raises ``LiveStoreError`` if a SQLite store file does not exist or lacks a table.
+    ``connections`` (>= 1): how many connections ``iter_ranges`` may read with (module
+    docstring; fewer if the store cannot pin one snapshot across them, logged; the SQLAlchemy
+    fallback always uses one). Raises ``LiveStoreError`` if a SQLite store file does not
+    exist or lacks a table, or PostgreSQL cannot be reached.
     """
     path = sqlite_file(url)
     if path is not None:
-        reader: Any = _AdbcSqliteReader(path)
+        reader: Any = _AdbcSqliteReader(path, connections)
     elif is_postgres(url):
-        reader = _AdbcPostgresReader(url)
+        reader = _AdbcPostgresReader(url, connections)
     else:
         reader = _SqlAlchemyReader(url)
     with reader:
@@ -132,6 +158,9 @@ class _Reader:
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
+        return [self.iter_table(name)]
+
     def __exit__(self, *exc_info: object) -> None:
         self._close()
 
@@ -146,6 +175,48 @@ class _AdbcReader(_Reader):
     _cursor: Any = None
     _read_ahead: _ReadAhead | None = None
     _prefetch_batches = PREFETCH_ROWS // READ_BATCH_ROWS
+    _siblings: list[_AdbcReader]
+    """Further connections in this reader's snapshot, for ``iter_ranges``."""
+
+    def _scalars(self, sql: str) -> tuple[Any, ...]:
+        """The first row of ``sql``'s result."""
+        cursor = self._idle()
+        cursor.execute(sql)
+        return tuple(cursor.fetchall()[0])
+
+    def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:  # pragma: no cover
+        """``iter_table`` of the rows of ``name`` matching the SQL condition ``where``."""
+        raise NotImplementedError
+
+    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+        return self._select(name)
+
+    def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
+        readers = [self, *self._siblings]
+        # one aggregate per query: SQLite reads a min() or a max() alone from the key's index,
+        # both in one query by scanning the table (5 s at 50 M edges)
+        low, high = self._scalars(
+            f"SELECT (SELECT min({column}) FROM {name}), (SELECT max({column}) FROM {name})"  # noqa: S608
+        )
+        count = 0 if low is None else min(len(readers), int(high) - int(low) + 1)
+        if count < 2:
+            return [self.iter_table(name)]
+        # equal spans of the key: the ids of a store are dense (generated or imported ones)
+        bounds = [int(low) + (int(high) - int(low) + 1) * i // count for i in range(1, count)]
+        conditions = [f"{column} < {bounds[0]}"]
+        conditions += [
+            f"{column} >= {a} AND {column} < {b}" for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+        conditions.append(f"{column} >= {bounds[-1]}")
+        ranges = [
+            reader._select(name, f"WHERE {where}")
+            for reader, where in zip(readers, conditions, strict=False)  # count <= readers
+        ]
+        # a NULL key is in no range: read after the first one, on its connection (it is refused
+        # by the caller, never dropped unseen)
+        ranges[0] = chain(ranges[0], self._select(name, f"WHERE {column} IS NULL"))
+        log.info("read %s in %d ranges of %s: %s", name, count, column, bounds)
+        return ranges
 
     def _idle(self) -> Any:
         """The cursor, once no read-ahead thread uses the connection any more: an abandoned
@@ -157,6 +228,9 @@ class _AdbcReader(_Reader):
         return self._cursor
 
     def _close(self) -> None:
+        for sibling in getattr(self, "_siblings", ()):
+            sibling._close()
+        self._siblings = []
         self._idle()
         try:
             if self._cursor is not None:
@@ -262,8 +336,10 @@ class _AdbcSqliteReader(_AdbcReader):
 
     backend = "sqlite"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, connections: int = 1) -> None:
         self.path = path
+        self.connections = connections
+        self._siblings = []
 
     def _where(self) -> str:
         return self.path
@@ -274,6 +350,49 @@ class _AdbcSqliteReader(_AdbcReader):
                 f"no live store at {self.path}: load data first "
                 "(`recs load-dataset slashdot` or `recs generate-graph`)"
             )
+        if self.connections == 1:
+            return self._begin_one()
+        paused = time.perf_counter()
+        writers = self._pause_writers()
+        try:
+            present = self._begin_one()
+            for _ in range(self.connections - 1 if writers is not None else 0):
+                sibling = _AdbcSqliteReader(self.path)
+                self._siblings.append(sibling)
+                sibling._begin_one()
+        finally:
+            if writers is not None:
+                connection, cursor = writers
+                try:
+                    cursor.execute("ROLLBACK")
+                finally:
+                    cursor.close()
+                    connection.close()
+                waited = 1000 * (time.perf_counter() - paused)
+                log.info("writers to %s paused %.1f ms while %d connections opened one snapshot",
+                         self.path, waited, self.connections)  # fmt: skip
+        return present
+
+    def _pause_writers(self) -> tuple[Any, Any] | None:
+        """A connection and its cursor holding the write lock (``BEGIN IMMEDIATE``, within
+        the busy timeout), so no commit falls between the readers' first reads; None (logged)
+        if the lock is not free."""
+        import adbc_driver_sqlite.dbapi as adbc
+
+        connection = adbc.connect(self.path, autocommit=True)
+        cursor = connection.cursor()
+        try:
+            apply_sqlite_pragmas(cursor, "snapshot")
+            cursor.execute("BEGIN IMMEDIATE")
+        except Exception as error:  # noqa: BLE001 - one connection still reads consistently
+            log.warning("the snapshot reads %s with one connection: the write lock was not free "
+                        "(%s)", self.path, one_line(error))  # fmt: skip
+            cursor.close()
+            connection.close()
+            return None
+        return connection, cursor
+
+    def _begin_one(self) -> set[str]:
         import adbc_driver_sqlite.dbapi as adbc
 
         self._connection = adbc.connect(self.path, autocommit=True)
@@ -292,11 +411,9 @@ class _AdbcSqliteReader(_AdbcReader):
         return {row[0] for row in cursor.fetchall()}
 
     def _scalar(self, sql: str) -> Any:
-        cursor = self._idle()
-        cursor.execute(sql)
-        return cursor.fetchall()[0][0]
+        return self._scalars(sql)[0]
 
-    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+    def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
         nullable = {
             column.name for column in schema.metadata.tables[name].columns if column.nullable
@@ -309,7 +426,7 @@ class _AdbcSqliteReader(_AdbcReader):
         )
         cursor = self._idle()
         cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(READ_BATCH_ROWS)})
-        cursor.execute(f"SELECT {columns} FROM {name}")  # noqa: S608 - fixed names
+        cursor.execute(f"SELECT {columns} FROM {name} {where}")  # noqa: S608 - fixed names
         yield from self._frames(
             name,
             lambda batches: _conform(
@@ -331,13 +448,31 @@ class _AdbcPostgresReader(_AdbcReader):
     backend = "postgresql"
     _prefetch_batches = 2  # the driver's batches are 16 MiB (PREFETCH_ROWS)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, connections: int = 1, snapshot: str | None = None) -> None:
         self.url = url
+        self.connections = connections
+        self._snapshot = snapshot  # a sibling adopts the first connection's exported snapshot
+        self._siblings = []
 
     def _where(self) -> str:
         return display_url(self.url)
 
     def _begin(self) -> set[str]:
+        present = self._begin_one()
+        if self.connections > 1:
+            try:
+                snapshot = self._scalars("SELECT pg_export_snapshot()")[0]
+            except Exception as error:  # noqa: BLE001 - one connection still reads consistently
+                log.warning("the snapshot reads with one connection: %s",
+                            one_line(error, self.url))  # fmt: skip
+                return present
+            for _ in range(self.connections - 1):
+                sibling = _AdbcPostgresReader(self.url, snapshot=snapshot)
+                self._siblings.append(sibling)
+                sibling._begin_one()
+        return present
+
+    def _begin_one(self) -> set[str]:
         import adbc_driver_postgresql.dbapi as adbc
 
         try:
@@ -349,6 +484,8 @@ class _AdbcPostgresReader(_AdbcReader):
             ) from None
         cursor = self._cursor = self._connection.cursor()
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        if self._snapshot is not None:  # before any query of the transaction
+            cursor.execute(f"SET TRANSACTION SNAPSHOT '{self._snapshot}'")
         # The first statement fixes the snapshot every later COPY reads.
         cursor.execute(
             "SELECT table_name FROM information_schema.tables "
@@ -356,10 +493,10 @@ class _AdbcPostgresReader(_AdbcReader):
         )
         return {row[0] for row in cursor.fetchall()}
 
-    def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
+    def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
         target = arrow_schema(contract)
-        self._idle().execute(f"SELECT {', '.join(contract)} FROM {name}")  # noqa: S608
+        self._idle().execute(f"SELECT {', '.join(contract)} FROM {name} {where}")  # noqa: S608
 
         def frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
             # The driver types bigint/timestamp/varchar/boolean as the contract's Arrow types;

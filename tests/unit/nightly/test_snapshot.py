@@ -370,9 +370,13 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
     The writer must succeed at once (no lock it waits for: SQLite would wait up to its busy
     timeout and then fail with "database is locked", PostgreSQL up to its lock_timeout), and
     the snapshot must not contain the edge (every table read as of one instant), while the
-    store afterwards does.
+    store afterwards does. The edges are read in two ranges of follower_id on two connections
+    (``snapshot_read_connections``): 6 -> 5 falls in the second one's, whose transaction must
+    see the same instant as the first's.
     """
     writes = []
+    ranges = []
+    assert settings.snapshot_read_connections == 2
 
     class InsertingReader:
         def __init__(self, inner):
@@ -381,6 +385,11 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
 
         def iter_table(self, name):
             return self.inner.iter_table(name)
+
+        def iter_ranges(self, name, column):
+            parts = self.inner.iter_ranges(name, column)
+            ranges.append(len(parts))
+            return parts
 
         def read_table(self, name):
             frame = self.inner.read_table(name)
@@ -396,10 +405,10 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
 
     real_open_reader = retained.open_reader
 
-    def open_inserting_reader(url):
+    def open_inserting_reader(url, connections=1):
         class Context:
             def __enter__(self):
-                self.context = real_open_reader(url)
+                self.context = real_open_reader(url, connections)
                 return InsertingReader(self.context.__enter__())
 
             def __exit__(self, *exc):
@@ -410,6 +419,7 @@ def test_snapshot_is_one_read_transaction_that_never_blocks_writers(settings, pa
     monkeypatch.setattr(retained, "open_reader", open_inserting_reader)
     freeze_snapshot(paths, settings)
     [write] = writes
+    assert ranges == [2]
     assert write.returncode == 0, write.stderr
     assert float(write.stdout) < 2.0
     edges = read_edges(paths)
