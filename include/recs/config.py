@@ -78,9 +78,11 @@ class Settings(BaseSettings):
         exclude=True,  # how a store is read, not what the run computes
         ge=1,
         le=16,
-        description="Connections freeze_snapshot reads follow_edges with, one key range of "
-        "follower_id each, on threads of their own, all in one snapshot of the store "
-        "(recs.store.readers): about the cores the freeze may use. 1: one connection.",
+        description="Connections freeze_snapshot reads follow_edges with, on threads of their "
+        "own, all in one snapshot of the store (recs.store.readers): about the cores the freeze "
+        "may use. Each reads an equal span of follower_id values (so dense ids balance them; "
+        "one far outlier id leaves one connection most of the rows), or on PostgreSQL its "
+        "share of the table's partitions. 1: one connection.",
     )
     snapshot_standby_wait_seconds: float = Field(
         300.0,

@@ -360,12 +360,13 @@ def read_follow_edges(
     excluded: dict[str, int],
 ) -> tuple[dict[int, list[Path]], dict[str, int], follow_pairs.UnknownAccounts]:
     """The store's follow edges, partitioned by shard as they are read (``partition_by_shard``):
-    each key range of ``follower_id`` the reader offers (``iter_ranges``: one per connection, all
-    in one snapshot) is read, refused if an id is NULL, filtered by ``as_of(chunk, left_out)``,
+    each part the reader offers (``iter_ranges`` of ``follower_id``: one per connection, all in
+    one snapshot) is read, refused if an id is NULL, filtered by ``as_of(chunk, left_out)``,
     tallied (``UnknownAccounts`` of ``user_ids``) and spilled on a thread of its own (the
     driver, Arrow's casts and the spill release the GIL: 50 M edges read in about half the
-    time on 2 connections, ``bench/README.md``). The first range to fail stops the others at
-    their next chunk; its error is raised once all have stopped. Returns each shard's spill
+    time on 2 connections, ``bench/README.md``). A range that fails (or an interrupt of the
+    caller) stops the others at their next chunk; once all have stopped, the error of the
+    lowest-numbered failed range is raised. Returns each shard's spill
     files in key order (range by range), rows per status, and the unknown accounts; adds the
     rows ``as_of`` left out to ``excluded["follow_edges"]``."""
     live = follow_pairs.LIVE_STORE
@@ -387,8 +388,10 @@ def read_follow_edges(
 
     with ThreadPoolExecutor(len(ranges), thread_name_prefix="recs-snap-read") as pool:
         futures = [pool.submit(partition, number, frames) for number, frames in enumerate(ranges)]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        stop.set()  # all done, or one failed: the others stop (the pool waits for them)
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:  # all done, one failed, or this thread was interrupted: the others stop
+            stop.set()  # at their next chunk (the pool waits for them)
     errors = [future.exception() for future in futures if future.exception() is not None]
     if errors:
         raise errors[0]

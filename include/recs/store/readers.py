@@ -17,11 +17,17 @@ caller's, so a large table is read on ``n`` cores. All of them see the one insta
 
 - SQLite: a further connection takes the write lock (``BEGIN IMMEDIATE``) while the readers
   open their transactions and make their first read, then lets it go: no commit can fall between
-  them, and a writer waits that long (milliseconds; its busy timeout covers it). If the lock is
-  not free within the busy timeout (a bulk load holds it), the read uses one connection.
+  them. A writer that begins then waits that long (~4 ms; its busy timeout covers it); one
+  whose deferred transaction has already read and then writes fails at once with "database is
+  locked" (SQLite does not retry that upgrade; this project's writers all ``BEGIN
+  IMMEDIATE``). If the lock is not free within the busy timeout (a bulk load holds it), the
+  reader has waited that long and reads with one connection.
 - PostgreSQL: the first transaction exports its snapshot (``pg_export_snapshot()``) and the
   others adopt it (``SET TRANSACTION SNAPSHOT``), as ``pg_dump --jobs`` does; also on a hot
-  standby (PostgreSQL >= 10).
+  standby (PostgreSQL >= 10). The URL must reach one server (not a pool of replicas). A failed
+  export means a new transaction on one connection; a connection that cannot open or join the
+  snapshot (a connection limit) means fewer. A hash-partitioned table is read partition by
+  partition, dealt out to the connections (a key range would scan every partition).
 
 Frames have the columns and dtypes of ``recs.contracts.SNAPSHOT_SCHEMAS``. The nightly
 snapshot (``recs.nightly.snapshot``) is the reader. Why ADBC, and why this process must not
@@ -31,8 +37,6 @@ hold the same SQLite file open through ``sqlite3`` meanwhile: ``recs/store/READM
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,9 +46,8 @@ from typing import Any, Protocol, Self
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from recs.contracts import SNAPSHOT_SCHEMAS, TS, arrow_schema
+from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema
 from recs.errors import LiveStoreError
 from recs.store import schema
 from recs.store.connections import (
@@ -56,6 +59,8 @@ from recs.store.connections import (
     one_line,
     sqlite_file,
 )
+from recs.store.read_ahead import ReadAhead
+from recs.store.sqlite_arrow import conform
 
 log = logging.getLogger("recs.store.readers")
 
@@ -67,7 +72,7 @@ READ_CHUNK_ROWS = 1 << 20
 """Rows per frame that ``iter_table`` yields: follow edges are partitioned chunk by chunk."""
 
 PREFETCH_ROWS = 2 * READ_CHUNK_ROWS
-"""Rows the driver may read ahead of the frame being converted (``_ReadAhead``): two chunks.
+"""Rows the driver may read ahead of the frame being converted (``ReadAhead``): two chunks.
 SQLite's batches are ``READ_BATCH_ROWS`` rows (16 batches ahead); PostgreSQL's driver cuts
 its batches by size (16 MiB, its default hint), so it is held to 2 of them."""
 
@@ -88,11 +93,13 @@ class LiveStoreReader(Protocol):
         ...
 
     def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
-        """Every row of store table ``name`` as ``iter_table`` frames, split by ranges of the
-        integer ``column`` (ascending, disjoint; the first also yields the rows whose
-        ``column`` is NULL), one per open connection (one range with a single connection or
-        an empty table). Each iterator uses its own connection: consume each on one thread,
-        all of them fully, before any other read."""
+        """Every row of store table ``name`` as ``iter_table`` frames, split into at most one
+        part per open connection: ranges of the integer ``column`` (ascending, disjoint, equal
+        spans of its values, so dense ids balance them; the first also yields the rows whose
+        ``column`` is NULL), or on PostgreSQL the table's partitions dealt out in turn (a range
+        cannot prune hash partitions). One part with a single connection, an empty table or a
+        key that is not an integer. Each iterator uses its own connection: consume each on one
+        thread, all of them fully, before any other read."""
         ...
 
 
@@ -173,7 +180,7 @@ class _AdbcReader(_Reader):
 
     _connection: Any = None
     _cursor: Any = None
-    _read_ahead: _ReadAhead | None = None
+    _read_ahead: ReadAhead | None = None
     _prefetch_batches = PREFETCH_ROWS // READ_BATCH_ROWS
     _siblings: list[_AdbcReader]
     """Further connections in this reader's snapshot, for ``iter_ranges``."""
@@ -188,21 +195,45 @@ class _AdbcReader(_Reader):
         """``iter_table`` of the rows of ``name`` matching the SQL condition ``where``."""
         raise NotImplementedError
 
+    def _open_siblings(self, count: int, make: Callable[[], _AdbcReader]) -> None:
+        """Open up to ``count`` further readers in this one's snapshot (``make()`` one, then
+        its ``_begin_one``); at the first that cannot open (a connection limit, a snapshot its
+        server does not know), it is closed and the read goes on with those open (logged)."""
+        for _ in range(count):
+            sibling = make()
+            try:
+                sibling._begin_one()
+            except Exception as error:  # noqa: BLE001 - fewer connections still read consistently
+                sibling._close()
+                log.warning("the snapshot reads with %d connection(s): another could not join "
+                            "its snapshot (%s)", 1 + len(self._siblings),
+                            one_line(error, getattr(self, "url", None)))  # fmt: skip
+                return
+            self._siblings.append(sibling)
+
+    def _begin_one(self) -> set[str]:  # pragma: no cover - abstract
+        """Connect and begin one read transaction; return the names of the store's tables."""
+        raise NotImplementedError
+
     def iter_table(self, name: str) -> Iterator[pl.DataFrame]:
         return self._select(name)
 
     def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
         readers = [self, *self._siblings]
+        if len(readers) == 1:
+            return [self.iter_table(name)]
         # one aggregate per query: SQLite reads a min() or a max() alone from the key's index,
         # both in one query by scanning the table (5 s at 50 M edges)
         low, high = self._scalars(
             f"SELECT (SELECT min({column}) FROM {name}), (SELECT max({column}) FROM {name})"  # noqa: S608
         )
-        count = 0 if low is None else min(len(readers), int(high) - int(low) + 1)
+        if not (isinstance(low, int) and isinstance(high, int)):
+            return [self.iter_table(name)]  # empty, or not integers: the contract check says so
+        count = min(len(readers), high - low + 1)
         if count < 2:
             return [self.iter_table(name)]
         # equal spans of the key: the ids of a store are dense (generated or imported ones)
-        bounds = [int(low) + (int(high) - int(low) + 1) * i // count for i in range(1, count)]
+        bounds = [low + (high - low + 1) * i // count for i in range(1, count)]
         conditions = [f"{column} < {bounds[0]}"]
         conditions += [
             f"{column} >= {a} AND {column} < {b}" for a, b in zip(bounds, bounds[1:], strict=False)
@@ -252,7 +283,7 @@ class _AdbcReader(_Reader):
         rows = 0
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
-        batches = _ReadAhead(self._idle().fetch_record_batch(), self._prefetch_batches)
+        batches = ReadAhead(self._idle().fetch_record_batch(), self._prefetch_batches)
         self._read_ahead = batches
         try:
             for batch in batches:
@@ -269,66 +300,6 @@ class _AdbcReader(_Reader):
             rows += pending_rows
             log.info("read %s: %d rows", name, rows)
             yield convert(pending)
-
-
-class _ReadAhead:
-    """An iterator over ``batches`` that a helper thread reads up to ``depth`` batches ahead,
-    so the driver's fetching (C code, the GIL released) overlaps the conversion of the batches
-    before them: the freeze of 50 M follow edges read them in 3/4 of the time
-    (``bench/README.md``, "The night at scale"). The order is kept; an error of the driver is
-    raised by ``__next__`` at the batch it failed on. ``close()`` stops the thread after the
-    batch it is reading and waits for it, so the connection is idle once it returns; the
-    reader calls it before any other use of its connection (``_AdbcReader._idle``)."""
-
-    _END = object()
-
-    def __init__(self, batches: Iterator[pa.RecordBatch], depth: int) -> None:
-        self._slots: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(
-            target=self._produce, args=(batches,), name="recs-store-read", daemon=True
-        )
-        self._thread.start()
-
-    def _offer(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _produce(self, batches: Iterator[pa.RecordBatch]) -> None:
-        try:
-            for batch in batches:
-                if not self._offer((batch, None)):
-                    return
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer, raised there
-            self._offer((self._END, error))
-        else:
-            self._offer((self._END, None))
-
-    def __iter__(self) -> _ReadAhead:
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        if self._done:
-            raise StopIteration
-        item, error = self._slots.get()
-        if item is self._END:
-            self.close()
-            if error is not None:
-                raise error
-            raise StopIteration
-        return item
-
-    def close(self) -> None:
-        """Stop the thread (after the batch it is reading) and wait for it; idempotent."""
-        self._done = True
-        self._stop.set()
-        self._thread.join()
 
 
 class _AdbcSqliteReader(_AdbcReader):
@@ -356,10 +327,8 @@ class _AdbcSqliteReader(_AdbcReader):
         writers = self._pause_writers()
         try:
             present = self._begin_one()
-            for _ in range(self.connections - 1 if writers is not None else 0):
-                sibling = _AdbcSqliteReader(self.path)
-                self._siblings.append(sibling)
-                sibling._begin_one()
+            if writers is not None:
+                self._open_siblings(self.connections - 1, lambda: _AdbcSqliteReader(self.path))
         finally:
             if writers is not None:
                 connection, cursor = writers
@@ -429,7 +398,7 @@ class _AdbcSqliteReader(_AdbcReader):
         cursor.execute(f"SELECT {columns} FROM {name} {where}")  # noqa: S608 - fixed names
         yield from self._frames(
             name,
-            lambda batches: _conform(
+            lambda batches: conform(
                 pa.Table.from_batches(batches) if batches else None, contract, nullable
             ),
         )
@@ -465,12 +434,43 @@ class _AdbcPostgresReader(_AdbcReader):
             except Exception as error:  # noqa: BLE001 - one connection still reads consistently
                 log.warning("the snapshot reads with one connection: %s",
                             one_line(error, self.url))  # fmt: skip
-                return present
-            for _ in range(self.connections - 1):
-                sibling = _AdbcPostgresReader(self.url, snapshot=snapshot)
-                self._siblings.append(sibling)
-                sibling._begin_one()
+                # the failed export aborted the transaction: nothing was read yet, so a new one
+                self._close()
+                return self._begin_one()
+            self._open_siblings(
+                self.connections - 1, lambda: _AdbcPostgresReader(self.url, snapshot=snapshot)
+            )
         return present
+
+    def iter_ranges(self, name: str, column: str) -> list[Iterator[pl.DataFrame]]:
+        readers = [self, *self._siblings]
+        partitions = [] if len(readers) == 1 else [
+            row[0] for row in self._rows(
+                "SELECT child.relname FROM pg_inherits JOIN pg_class child ON child.oid = "
+                "inhrelid JOIN pg_class parent ON parent.oid = inhparent WHERE parent.relname = "
+                f"'{name}' AND parent.relnamespace = current_schema()::regnamespace "
+                "ORDER BY child.relname"
+            )
+        ]  # fmt: skip
+        if len(partitions) < 2:
+            return super().iter_ranges(name, column)
+        dealt = [partitions[i :: len(readers)] for i in range(min(len(readers), len(partitions)))]
+        log.info("read %s in %d parts of its %d partitions", name, len(dealt), len(partitions))
+        return [
+            reader._partitions(name, tables)
+            for reader, tables in zip(readers, dealt, strict=False)  # len(dealt) <= readers
+        ]
+
+    def _partitions(self, name: str, tables: list[str]) -> Iterator[pl.DataFrame]:
+        """The rows of partitions ``tables`` of ``name``, one after another on this reader's
+        connection."""
+        for table in tables:
+            yield from self._select(name, table=table)
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        cursor = self._idle()
+        cursor.execute(sql)
+        return [tuple(row) for row in cursor.fetchall()]
 
     def _begin_one(self) -> set[str]:
         import adbc_driver_postgresql.dbapi as adbc
@@ -493,10 +493,14 @@ class _AdbcPostgresReader(_AdbcReader):
         )
         return {row[0] for row in cursor.fetchall()}
 
-    def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:
+    def _select(
+        self, name: str, where: str = "", table: str | None = None
+    ) -> Iterator[pl.DataFrame]:
+        """``table``: read that partition of ``name`` instead of the whole table."""
         contract = SNAPSHOT_SCHEMAS[name]
         target = arrow_schema(contract)
-        self._idle().execute(f"SELECT {', '.join(contract)} FROM {name} {where}")  # noqa: S608
+        source = table or name
+        self._idle().execute(f"SELECT {', '.join(contract)} FROM {source} {where}")  # noqa: S608
 
         def frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
             # The driver types bigint/timestamp/varchar/boolean as the contract's Arrow types;
@@ -572,50 +576,3 @@ class _SqlAlchemyReader(_Reader):
 def _concat(frames: Iterator[pl.DataFrame]) -> pl.DataFrame:
     parts = list(frames)
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
-
-
-def _conform(
-    table: pa.Table | None, contract: dict[str, pl.DataType], nullable: set[str]
-) -> pl.DataFrame:
-    """An ADBC SQLite batch to the contract: parse text timestamps, 0/1 to Boolean, ''->NULL."""
-    if table is None or table.num_rows == 0:
-        return pl.DataFrame(schema=contract)
-    arrays = {}
-    for column, dtype in contract.items():
-        array = table.column(column)
-        if column in nullable and pa.types.is_string(array.type):
-            array = pc.if_else(pc.equal(array, ""), pa.scalar(None, array.type), array)
-        if dtype == TS:
-            array = _parse_timestamps(array)
-        arrays[column] = array
-    frame = pl.from_arrow(pa.table(arrays))
-    assert isinstance(frame, pl.DataFrame)
-    try:
-        return frame.cast(dict(contract))
-    except pl.exceptions.PolarsError as error:
-        raise LiveStoreError(
-            f"the live store holds a value outside its contract: {error}"
-        ) from None
-
-
-_UTC_SUFFIX = r"(Z|[+-]00:?00)$"
-
-
-def _parse_timestamps(text: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Naive UTC microseconds from SQLite's text ``YYYY-MM-DD HH:MM:SS[.ffffff]``.
-
-    Arrow's ISO-8601 cast (also accepts a ``T`` separator; 16x faster than Polars' parser,
-    ``bench/README.md``). A ``Z`` / ``+00:00``
-    suffix (clients other than SQLAlchemy) is stripped on a second try; any other offset or
-    text is a ``LiveStoreError``.
-    """
-    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
-        return pc.cast(text, pa.timestamp("us"))  # all NULL: typed int64 by the driver
-    try:
-        return pc.cast(text, pa.timestamp("us"))
-    except pa.ArrowInvalid:
-        pass
-    try:
-        return pc.cast(pc.replace_substring_regex(text, _UTC_SUFFIX, ""), pa.timestamp("us"))
-    except pa.ArrowInvalid as error:
-        raise LiveStoreError(f"the live store holds a timestamp that is not UTC: {error}") from None

@@ -29,7 +29,7 @@ from recs.nightly import follow_pairs, retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
-from recs.store import readers, schema
+from recs.store import read_ahead, readers, schema
 from recs.store.connections import engine_for
 from recs.store.readers import open_reader
 
@@ -235,7 +235,7 @@ def test_read_chunk_size_does_not_change_the_bytes(sqlite_settings, monkeypatch)
 
 
 def test_the_read_ahead_keeps_order_raises_at_the_failed_batch_and_stops_when_closed():
-    """``readers._ReadAhead`` one batch ahead: every batch in order; a driver error after two
+    """``read_ahead.ReadAhead`` one batch ahead: every batch in order; a driver error after two
     batches comes after those two; a consumer that stops after one batch and closes it leaves
     no reading thread behind (the connection is idle again)."""
 
@@ -245,13 +245,13 @@ def test_the_read_ahead_keeps_order_raises_at_the_failed_batch_and_stops_when_cl
                 raise OSError("disk I/O error")
             yield number
 
-    assert list(readers._ReadAhead(batches(50), depth=1)) == list(range(50))
+    assert list(read_ahead.ReadAhead(batches(50), depth=1)) == list(range(50))
     seen = []
     with pytest.raises(OSError, match="disk I/O error"):
-        for batch in readers._ReadAhead(batches(5, fail_after=2), depth=1):
+        for batch in read_ahead.ReadAhead(batches(5, fail_after=2), depth=1):
             seen.append(batch)
     assert seen == [0, 1]
-    stream = readers._ReadAhead(batches(10**6), depth=1)
+    stream = read_ahead.ReadAhead(batches(10**6), depth=1)
     assert next(stream) == 0
     stream.close()
     assert not [t for t in threading.enumerate() if t.name == "recs-store-read"]
