@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -400,13 +401,10 @@ def read_follow_edges(
         shard_id: [path for result in results for path in result[0].get(shard_id, [])]
         for shard_id in sorted({shard_id for result in results for shard_id in result[0]})
     }
-    by_status: dict[str, int] = {}
-    for _, statuses, _, left_out in results:
-        for status, count in statuses.items():
-            by_status[status] = by_status.get(status, 0) + count
-        excluded["follow_edges"] = excluded.get("follow_edges", 0) + left_out.get(
-            "follow_edges", 0
-        )
+    by_status = sum((Counter(result[1]) for result in results), Counter())
+    excluded["follow_edges"] = excluded.get("follow_edges", 0) + sum(
+        result[3].get("follow_edges", 0) for result in results
+    )
     unknown = results[0][2]
     for result in results[1:]:
         unknown.add(result[2])

@@ -185,11 +185,11 @@ class _AdbcReader(_Reader):
     _siblings: list[_AdbcReader]
     """Further connections in this reader's snapshot, for ``iter_ranges``."""
 
-    def _scalars(self, sql: str) -> tuple[Any, ...]:
-        """The first row of ``sql``'s result."""
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """Every row of ``sql``'s result (a small one: bounds, names, settings)."""
         cursor = self._idle()
         cursor.execute(sql)
-        return tuple(cursor.fetchall()[0])
+        return [tuple(row) for row in cursor.fetchall()]
 
     def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:  # pragma: no cover
         """``iter_table`` of the rows of ``name`` matching the SQL condition ``where``."""
@@ -224,7 +224,7 @@ class _AdbcReader(_Reader):
             return [self.iter_table(name)]
         # one aggregate per query: SQLite reads a min() or a max() alone from the key's index,
         # both in one query by scanning the table (5 s at 50 M edges)
-        low, high = self._scalars(
+        [(low, high)] = self._rows(
             f"SELECT (SELECT min({column}) FROM {name}), (SELECT max({column}) FROM {name})"  # noqa: S608
         )
         if not (isinstance(low, int) and isinstance(high, int)):
@@ -367,7 +367,7 @@ class _AdbcSqliteReader(_AdbcReader):
         self._connection = adbc.connect(self.path, autocommit=True)
         cursor = self._cursor = self._connection.cursor()
         apply_sqlite_pragmas(cursor, "snapshot")
-        mode = self._scalar("PRAGMA journal_mode")
+        [(mode,)] = self._rows("PRAGMA journal_mode")
         if str(mode).lower() != "wal":
             raise LiveStoreError(
                 f"the live store {self.path} is in {mode} journal mode, not WAL: a snapshot "
@@ -378,9 +378,6 @@ class _AdbcSqliteReader(_AdbcReader):
         # The first read fixes the WAL snapshot that every later SELECT sees.
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {row[0] for row in cursor.fetchall()}
-
-    def _scalar(self, sql: str) -> Any:
-        return self._scalars(sql)[0]
 
     def _select(self, name: str, where: str = "") -> Iterator[pl.DataFrame]:
         contract = SNAPSHOT_SCHEMAS[name]
@@ -430,7 +427,7 @@ class _AdbcPostgresReader(_AdbcReader):
         present = self._begin_one()
         if self.connections > 1:
             try:
-                snapshot = self._scalars("SELECT pg_export_snapshot()")[0]
+                [(snapshot,)] = self._rows("SELECT pg_export_snapshot()")
             except Exception as error:  # noqa: BLE001 - one connection still reads consistently
                 log.warning("the snapshot reads with one connection: %s",
                             one_line(error, self.url))  # fmt: skip
@@ -466,11 +463,6 @@ class _AdbcPostgresReader(_AdbcReader):
         connection."""
         for table in tables:
             yield from self._select(name, table=table)
-
-    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
-        cursor = self._idle()
-        cursor.execute(sql)
-        return [tuple(row) for row in cursor.fetchall()]
 
     def _begin_one(self) -> set[str]:
         import adbc_driver_postgresql.dbapi as adbc

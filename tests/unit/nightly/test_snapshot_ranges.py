@@ -108,12 +108,12 @@ def test_a_failed_snapshot_export_reads_with_one_connection(
     and reads everything on it alone, saying so."""
     settings = Settings(home=tmp_path / "home", shard_count=4, store_url=postgres_url)
     build_store(settings)
-    scalars = readers._AdbcPostgresReader._scalars
+    rows = readers._AdbcPostgresReader._rows
 
     def refused_export(self, sql):
-        return scalars(self, sql.replace("pg_export_snapshot()", "pg_export_snapshot(1)"))
+        return rows(self, sql.replace("pg_export_snapshot()", "pg_export_snapshot(1)"))
 
-    monkeypatch.setattr(readers._AdbcPostgresReader, "_scalars", refused_export)
+    monkeypatch.setattr(readers._AdbcPostgresReader, "_rows", refused_export)
     with caplog.at_level(logging.WARNING, logger="recs.store.readers"):
         run = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
         freeze_snapshot(run, settings)
