@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from recs import collector
 from recs.config import Settings
 from recs.files import sha256_file
 from recs.ingest.batch import BATCH_EVENTS, IngestCounts
@@ -149,35 +150,30 @@ def ingest_paths(
     ``events_per_second``. Raises ``IngestInputError`` for a missing path or a non-event file;
     bad lines never raise, they are quarantined.
     """
-    import gc
-
     files = event_files(paths)
     window = time_window(settings, now)
     started = time.perf_counter()
     total = IngestCounts()
     per_file = []
-    collecting = gc.isenabled()
     # Batches allocate millions of short-lived tuples and no cycles: pausing the cyclic
     # collector measured 12 % less CPU for 320 k events.
-    gc.disable()
     session = StoreSession(settings.live_store_url)
     try:
-        for path in files:
-            counts = ingest_file(
-                session,
-                path,
-                batch_events=batch_events,
-                progress=progress,
-                parse_in_worker=parse_in_worker,
-                window=window,
-            )
-            total.add(counts)
-            per_file.append({"path": str(path), **counts.to_dict()})
+        with collector.paused():
+            for path in files:
+                counts = ingest_file(
+                    session,
+                    path,
+                    batch_events=batch_events,
+                    progress=progress,
+                    parse_in_worker=parse_in_worker,
+                    window=window,
+                )
+                total.add(counts)
+                per_file.append({"path": str(path), **counts.to_dict()})
         backend = session.backend
     finally:
         session.close()
-        if collecting:
-            gc.enable()
     seconds = time.perf_counter() - started
     return {
         **total.to_dict(),
