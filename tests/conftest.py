@@ -80,3 +80,17 @@ def store_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'live.db'}"
     return _new_database(request.getfixturevalue("postgres_server"))
+
+
+@pytest.fixture
+def collector_state() -> Iterator[None]:
+    """Give the cyclic garbage collector back as the test found it (on or off), whatever the
+    test turns it to (``recs.collector``)."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    yield
+    if was_enabled:
+        gc.enable()
+    else:
+        gc.disable()
