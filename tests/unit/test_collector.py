@@ -9,10 +9,7 @@ import pytest
 
 from recs import collector
 
-
-@pytest.fixture(autouse=True)
-def restored(collector_state):
-    """Every test here leaves the collector as it found it (``collector_state``)."""
+pytestmark = pytest.mark.usefixtures("collector_state")  # each test leaves it as found
 
 
 def test_off_inside_on_after():

@@ -121,9 +121,7 @@ def build_models(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     Raises ``RunNotFoundError`` if the snapshot is missing, ``ModelsBuildError`` naming the failed
     dbt nodes if the build fails, ``SchemaMismatchError`` if an export breaks its contract.
     """
-    with collector.paused():  # see _invoke
-        from dbt.cli.main import dbtRunner
-
+    runner = _dbt_runner(callbacks=[_log_node_result])
     started = time.perf_counter()
     _check_snapshot(paths)
     _remove_previous_build(paths)
@@ -134,7 +132,6 @@ def build_models(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "dbt build for run %s (snapshot %s, %d shards) into %s",
         paths.run_id, paths.snapshot_date, settings.shard_count, paths.warehouse,
     )  # fmt: skip
-    runner = dbtRunner(callbacks=[_log_node_result])
     outcome = _invoke(runner, dbt_args("build", paths, settings, "--quiet"))
     results = list(getattr(outcome.result, "results", None) or [])
     if not outcome.success:
@@ -170,9 +167,7 @@ def generate_docs(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     "static_index", "seconds"}``. Raises ``RunNotFoundError`` if the warehouse is missing,
     ``ModelsBuildError`` if dbt fails.
     """
-    with collector.paused():  # see _invoke
-        from dbt.cli.main import dbtRunner
-
+    runner = _dbt_runner()
     started = time.perf_counter()
     if not paths.warehouse.is_file():
         raise RunNotFoundError(
@@ -183,7 +178,7 @@ def generate_docs(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     if docs_dir.exists():
         shutil.rmtree(docs_dir)
     outcome = _invoke(
-        dbtRunner(),
+        runner,
         dbt_args("docs generate", paths, settings, "--static", "--quiet", target=DOCS_TARGET),
     )
     static_index = docs_dir / "static_index.html"
@@ -195,6 +190,15 @@ def generate_docs(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         "static_index": str(static_index),
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _dbt_runner(callbacks: list[Any] | None = None) -> Any:
+    """A ``dbtRunner`` with these event callbacks, dbt imported with the collector paused
+    (why: ``_invoke``)."""
+    with collector.paused():
+        from dbt.cli.main import dbtRunner
+
+    return dbtRunner(callbacks=callbacks or [])
 
 
 def _invoke(runner: Any, arguments: list[str]) -> Any:
