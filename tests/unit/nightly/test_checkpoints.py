@@ -1,9 +1,12 @@
 """The GX plumbing's import: ``quiet_gx`` imports GX with the cyclic garbage collector paused
-(``recs.collector``) and gives it back as it found it, also when the import fails."""
+(``recs.collector``) and gives it back as it found it, also when the import fails; the
+modules it defers (``GX_DEFERRED_MODULES``) load on first use."""
 
 from __future__ import annotations
 
 import gc
+import math
+import subprocess
 import sys
 from contextlib import contextmanager
 
@@ -41,3 +44,34 @@ def test_a_failed_import_gives_the_collector_back(collector_state, monkeypatch):
     with pytest.raises(ImportError):
         quiet_gx()
     assert gc.isenabled()
+
+
+def test_scipy_stats_is_loaded_on_first_use():
+    """In a fresh process, ``quiet_gx`` leaves ``scipy.stats`` unloaded (a lazy module) and
+    GX's own reference to it works on first use: KL divergence of (1/2, 1/2) from (1/4, 3/4)
+    is 1/2 ln 2 + 1/2 ln(2/3) = 1/2 ln(4/3)."""
+    code = (
+        "import sys\n"
+        "from recs.nightly.checkpoints import quiet_gx\n"
+        "quiet_gx()\n"
+        "before = type(sys.modules['scipy.stats']).__name__\n"
+        "from great_expectations.expectations.core import "
+        "expect_column_kl_divergence_to_be_less_than as kl\n"
+        "value = kl.stats.entropy([0.5, 0.5], [0.25, 0.75])\n"
+        "print(before, type(sys.modules['scipy.stats']).__name__, repr(float(value)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=120)  # fmt: skip
+    before, after, value = done.stdout.split()
+    assert (before, after) == ("_LazyModule", "module")
+    assert float(value) == pytest.approx(0.5 * math.log(4 / 3), rel=1e-12)
+
+
+def test_a_deferred_import_leaves_loaded_and_missing_modules_alone(monkeypatch):
+    """A module already imported keeps its entry; a missing module or parent adds none."""
+    json_module = sys.modules["json"]
+    checkpoints._defer_import("json")
+    assert sys.modules["json"] is json_module
+    for name in ("recs_no_such_module", "recs_no_such_package.stats"):
+        checkpoints._defer_import(name)
+        assert name not in sys.modules
