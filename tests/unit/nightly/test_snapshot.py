@@ -19,6 +19,7 @@ from contextlib import closing
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from recs.config import Settings
@@ -672,10 +673,11 @@ def test_timing_is_not_in_the_manifest(settings, paths):
 def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     sqlite_settings, monkeypatch
 ):
-    """With 2-row chunks, each chunk's piece of each shard is an Arrow file on disk while the
-    store is read (memory holds one chunk, not the table): the 9 edges of 5 chunks make at
-    least 5 spill files and at most 9, the partitions hold all 9 edges, and the spill folder is
-    gone after the freeze, after a failed freeze, and when a killed attempt left one behind."""
+    """With 2-row chunks, each chunk's piece of each shard is a record batch appended to that
+    shard's Arrow stream on disk while the store is read (memory holds one chunk, not the
+    table): one stream per shard and range of the read, the 9 edges of 5 chunks in at least 5
+    batches and at most 9, the partitions hold all 9 edges, and the spill folder is gone after
+    the freeze, after a failed freeze, and when a killed attempt left one behind."""
     settings = sqlite_settings
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "test-run")
     monkeypatch.setattr(readers, "READ_CHUNK_ROWS", 2)
@@ -684,18 +686,25 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     killed = target.with_name(f".{target.name}.999-dead.spill")
     killed.mkdir(parents=True)
     (killed / "000").mkdir()
-    seen: list[list[Path]] = []
+    seen: list[dict[int, list[int]]] = []
     real = retained.write_follow_edges
 
     def watching(parts, shard_count, staging, origin):
-        files = [path for paths_ in parts.values() for path in paths_]
-        assert all(path.is_file() and path.suffix == ".arrow" for path in files)
-        seen.append(files)
+        batches = {}
+        for shard_id, files in parts.items():
+            assert all(path.is_file() and path.suffix == ".arrows" for path in files)
+            assert len({path.parent for path in files}) == len(files)  # one per range
+            batches[shard_id] = [
+                len(list(pa.ipc.open_stream(path.read_bytes()))) for path in files
+            ]
+        seen.append(batches)
         return real(parts, shard_count, staging, origin)
 
     monkeypatch.setattr(retained, "write_follow_edges", watching)
     freeze_snapshot(paths, settings, rebuild=True)
-    assert 5 <= len(seen[0]) <= 9
+    streams = [count for counts in seen[0].values() for count in counts]
+    assert len(streams) <= 2 * settings.shard_count  # two ranges, as read
+    assert 5 <= sum(streams) <= 9
     edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
     assert edges.height == len(FOLLOWS) + len(PENDING)
     assert not list(target.parent.glob(".*.spill"))
