@@ -13,19 +13,17 @@ filesystem site; ``build_data_docs``). Which expectations the gate holds:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from recs import collector
+from recs import collector, deferred
 from recs.files import staging_name
 from recs.nightly.data_docs import use_local_assets
 from recs.nightly.runs import RunPaths
@@ -210,7 +208,7 @@ GX_FINGERPRINT_MAX_BYTES = 0
 
 #: Modules GX imports with its own import only for expectations the gate never holds
 #: (``from scipy import stats`` for KL divergence and the KS tests): loaded on their first use
-#: instead (``_defer_import``). ``scipy.stats`` was 1.7 s of GX's 4.1 s import here, paid by
+#: instead (``recs.deferred``). ``scipy.stats`` was 1.7 s of GX's 4.1 s import here, paid by
 #: every gate task and by ``validate_run`` (``python -X importtime``; bench/README.md, "The
 #: night at scale").
 GX_DEFERRED_MODULES = ("scipy.stats",)
@@ -220,14 +218,15 @@ def quiet_gx() -> None:
     """Import GX quietly: analytics off (unless ``GX_ANALYTICS_ENABLED`` is set) and its INFO
     chatter (hundreds of lines at import, temp-dir notices) kept out of task logs. GX sets
     some module loggers to INFO itself, so those are lowered after the import, which runs with
-    the cyclic garbage collector paused (``recs.collector``) and with ``GX_DEFERRED_MODULES``
-    loaded lazily. Also sets GX's batch fingerprint threshold (``GX_FINGERPRINT_MAX_BYTES``)."""
+    the cyclic garbage collector paused (``recs.collector``) and ``GX_DEFERRED_MODULES`` left
+    for their first use (``recs.deferred``). Also sets GX's batch fingerprint threshold
+    (``GX_FINGERPRINT_MAX_BYTES``)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     gx_logger = logging.getLogger("great_expectations")
     if gx_logger.level == logging.NOTSET:
         gx_logger.setLevel(logging.WARNING)
     for name in GX_DEFERRED_MODULES:
-        _defer_import(name)
+        deferred.defer(name)
     # GX's import makes ~280 k tracked objects and ~3 k cyclic garbage: the ~720 collections
     # it would trigger only cost time (bench/README.md, "The night at scale")
     with collector.paused():
@@ -243,30 +242,6 @@ def quiet_gx() -> None:
             and logging.NOTSET < logger.level < logging.WARNING
         ):
             logger.setLevel(logging.WARNING)
-
-
-def _defer_import(name: str) -> None:
-    """Put a lazily loading ``name`` in ``sys.modules`` (the ``importlib.util.LazyLoader``
-    recipe of Python's importlib docs): an ``import`` of it binds the module at once and runs
-    it on the first attribute access. Nothing is done if ``name`` is imported already or not
-    installed. Python < 3.11.9 does not lock that first access (CPython gh-114763), hence only
-    modules no thread of ours touches."""
-    if name in sys.modules:
-        return
-    try:
-        spec = importlib.util.find_spec(name)  # imports the parent package (scipy: 7 ms)
-    except ModuleNotFoundError:  # no parent package
-        return
-    if spec is None or spec.loader is None:
-        return
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    parent, _, child = name.rpartition(".")
-    if parent:
-        setattr(sys.modules[parent], child, module)  # as a completed import leaves it
 
 
 def _describe(batch: GateBatch, result: Any) -> dict[str, Any]:

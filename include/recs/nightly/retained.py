@@ -21,7 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,7 +428,9 @@ def partition_by_shard(
     streams: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     schemas: dict[int, pa.Schema] = {}  # each stream's, as its first piece had it
     spill_dir.mkdir(parents=True, exist_ok=True)
-    try:
+    # every file and writer closed on the way out, also when the read fails (a writer opened
+    # on a path keeps its file open until it is collected; an error's traceback holds it)
+    with ExitStack() as opened:
         for chunk in chunks:
             follow_pairs.refuse_nulls(chunk, origin)
             for status, count in chunk.group_by("status").len().iter_rows():
@@ -439,13 +441,11 @@ def partition_by_shard(
                 table = part.to_arrow()
                 if shard_id not in streams:
                     path = spill_dir / f"{shard_id:03d}.arrows"
-                    streams[shard_id] = pa.ipc.new_stream(str(path), table.schema)
+                    sink = opened.enter_context(pa.OSFile(str(path), "wb"))
+                    streams[shard_id] = opened.enter_context(pa.ipc.new_stream(sink, table.schema))
                     schemas[shard_id] = table.schema
                     parts[shard_id] = [path]
                 streams[shard_id].write_table(table.cast(schemas[shard_id]))
-    finally:
-        for stream in streams.values():
-            stream.close()
     return parts, dict(sorted(by_status.items()))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -716,6 +717,31 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     with pytest.raises(OSError, match="disk full"):
         freeze_snapshot(paths, settings, rebuild=True)
     assert not list(target.parent.glob(".*.spill"))
+
+
+def test_a_failed_spill_leaves_no_stream_open(tmp_path):
+    """The read fails at its third chunk: the error reaches the caller, and while it (and its
+    traceback, which holds the function's writers) is alive, no file of the spill is open;
+    the streams written so far hold the two chunks read."""
+    def chunks():
+        for number in range(3):
+            if number == 2:
+                raise OSError(28, "No space left on device")
+            yield pl.DataFrame(
+                {"follower_id": [10 * number + 1, 10 * number + 2], "followee_id": [7, 8],
+                 "created_at": [None, None], "status": ["active", "active"]},
+                schema=SNAPSHOT_SCHEMAS["follow_edges"],
+            )  # fmt: skip
+
+    spill = tmp_path / "spill"
+    with pytest.raises(OSError, match="No space left") as failed:
+        retained.partition_by_shard(chunks(), 4, spill, follow_pairs.LIVE_STORE)
+    open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
+    assert failed.value is not None
+    assert not [path for path in open_files if path.startswith(str(spill))]
+    rows = sum(pl.read_ipc_stream(path).height for path in spill.glob("*.arrows"))
+    assert rows == 4
 
 
 def test_a_repartition_removes_what_a_killed_one_left(sqlite_settings):
