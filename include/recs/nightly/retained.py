@@ -420,8 +420,8 @@ def partition_by_shard(
     (uncompressed, one record batch per chunk), so memory holds one chunk, not the table;
     returns each shard's spill file (a one-item list) and the row count per ``status``. The
     caller removes ``spill_dir``. Chunk by chunk: a global ``partition_by`` doubles peak memory;
-    a stream per shard, not a file per piece: 800 files of a 50 M-edge read cost 1.6 s to write
-    and 1.3-1.6 s to remove (``bench/README.md``). A NULL id (no shard to file it under) is
+    a stream per shard, not a file per piece: files are dear to make and remove here, ~800 of
+    them at 50 M edges (``bench/README.md``). A NULL id (no shard to file it under) is
     ``follow_pairs.refuse_nulls``' error, naming ``origin``."""
     parts: dict[int, list[Path]] = {}
     by_status: dict[str, int] = {}
@@ -458,9 +458,8 @@ def write_follow_edges(
     """Write every shard ``0 .. shard_count-1`` (empty ones too) from its spilled streams
     (``partition_by_shard``; one per range of the read, in key order), each in key order and
     checked by ``follow_pairs.checked`` (a ``LiveStoreError`` naming ``origin`` if a pair
-    repeats or an id is NULL), in a thread pool
-    (sorting, encoding and compression release the GIL; memory: ``WRITE_THREADS`` shards at a
-    time)."""
+    repeats or an id is NULL), in a thread pool (sorting, encoding and compression release the
+    GIL; memory: ``WRITE_THREADS`` shards at a time)."""
     contract = SNAPSHOT_SCHEMAS["follow_edges"]
 
     def write(shard_id: int) -> dict[str, Any]:
