@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     gate_shards_per_task: int = Field(
         16, ge=1, le=4096, description="Shards one validate_shards task checks, one after "
         "another (recs.nightly.shard_plan.gate_groups): each task imports Great Expectations "
-        "once, 3-6 s of CPU, and holds one shard at a time, so fewer, larger groups cost less; "
-        "more spread over workers."
+        "once, 3-6 s of CPU, and holds one shard at a time plus the next one read ahead, so "
+        "fewer, larger groups cost less; more spread over workers."
     )
     snapshot_max_lag_hours: float = Field(
         36.0,

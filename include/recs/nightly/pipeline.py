@@ -28,7 +28,10 @@ import gc
 import logging
 import re
 import shutil
+import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +159,14 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     """The gate's checks of each of ``shard_ids`` in turn (``recs.nightly.shard_gate``: Great
     Expectations imported once for them all), each saved for ``validate_run``; never raises
     for what it finds (the verdict is the run's). Holds each shard's lock while it checks it,
-    so it never reads a shard that ``traverse_shard`` is rewriting."""
+    so it never reads a shard that ``traverse_shard`` is rewriting.
+
+    The next shard is read ahead (``shard_gate.prepare_shard``, Polars, on a thread of its
+    own) while GX judges the one before, single-threaded: two shards' locks and frames are
+    held at once, never more (locks taken in the group's order, as every task takes them;
+    the time it saves: ``bench/README.md``, "The night at scale")."""
     from recs.nightly.checkpoints import quiet_gx
+    from recs.nightly.shard_gate import prepare_shard
     from recs.nightly.shard_gate import validate_shard as _validate
 
     with synced(paths, "validate_shards"):  # writes nothing: the snapshot manifest, if a store
@@ -167,20 +176,44 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     quiet_gx()  # imported before the freeze below, so its modules' objects are frozen too
     results = []
     # GX's objects hold each shard's frames in reference cycles: collected after each shard,
-    # the task holds one shard at a time (bench/README.md, "The night at scale": at 1 M users
-    # the RSS grew 100-150 MB a shard without it; with it 16 shards peaked at 1,032 MB). What
-    # lived before the first shard (GX, pandas, ...) is frozen out of those collections: 0.01
-    # instead of 0.15 s a shard. A process that froze objects itself (a worker that forks its
-    # tasks) keeps them frozen: gc.unfreeze would release everything, not only ours.
+    # the task holds one shard at a time and the next one read ahead (bench/README.md, "The
+    # night at scale": at 1 M users the RSS grew 100-150 MB a shard without it; with it 16
+    # shards peaked at 1,032 MB). What lived before the first shard (GX, pandas, ...) is
+    # frozen out of those collections: 0.01 instead of 0.15 s a shard. A process that froze
+    # objects itself (a worker that forks its tasks) keeps them frozen: gc.unfreeze would
+    # release everything, not only ours.
     frozen_before = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
     try:
-        for shard_id in shard_ids:
-            # the lock before the run store's sync, as in traverse_shard
-            with shard_lock(paths, shard_id), synced(paths, "validate_shard", shard_id):
-                results.append(_validate(paths, settings, shard_id))
-            gc.collect()
+        with ThreadPoolExecutor(1, thread_name_prefix="recs-gate-read") as reader:
+
+            def read_ahead(shard_id: int) -> tuple[ExitStack, Future]:
+                held = ExitStack()  # the lock before the run store's sync, as in traverse_shard
+                try:
+                    held.enter_context(shard_lock(paths, shard_id))
+                    held.enter_context(synced(paths, "validate_shard", shard_id))
+                except BaseException:
+                    held.close()
+                    raise
+                return held, reader.submit(prepare_shard, paths, settings, shard_id)
+
+            ahead = read_ahead(shard_ids[0]) if shard_ids else None
+            for position, shard_id in enumerate(shard_ids):
+                held, prepared = ahead
+                ahead = None
+                with held:  # released (and the store's sync ended) once this shard is saved
+                    try:
+                        if position + 1 < len(shard_ids):
+                            ahead = read_ahead(shard_ids[position + 1])
+                        results.append(_validate(paths, settings, shard_id, prepared.result()))
+                    except BaseException:
+                        if ahead is not None:  # the next shard ends as if it had failed too
+                            ahead[1].cancel()
+                            wait([ahead[1]])  # its read is over before its lock is let go
+                            ahead[0].__exit__(*sys.exc_info())
+                        raise
+                gc.collect()
     finally:
         if not frozen_before:
             gc.unfreeze()

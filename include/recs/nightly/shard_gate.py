@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,18 @@ SHARD_BATCHES = ("recommendations", "recommendation_rules", "users", "shards")
 # Scores are sums of floats; allow for one rounding step above the exact bound.
 SCORE_TOLERANCE = 1e-9
 
-def validate_shard(paths: RunPaths, settings: Settings, shard_id: int) -> dict[str, Any]:
+def validate_shard(
+    paths: RunPaths, settings: Settings, shard_id: int, prepared: PreparedShard | None = None
+) -> dict[str, Any]:
     """Validate one planned shard and save its result (``validate_shard_result``); return it
     without ``checkpoints`` and ``gx_results``, plus ``success`` (None for a failed shard:
-    nothing to judge, it is carried over) and ``seconds``, for XCom and the CLI."""
+    nothing to judge, it is carried over) and ``seconds``, for XCom and the CLI. ``prepared``:
+    the shard's ``prepare_shard``, if the caller read it ahead (``seconds`` then leaves the
+    read out)."""
     started = time.perf_counter()
-    result = validate_shard_result(paths, settings, shard_id)
+    if prepared is not None and prepared.shard_id != shard_id:
+        raise ValueError(f"shard {prepared.shard_id} was read for shard {shard_id}")
+    result = judge_shard(paths, prepared or prepare_shard(paths, settings, shard_id))
     checks = [e for c in result["checkpoints"] for e in c["expectations"]]
     summary = {
         key: value for key, value in result.items() if key not in ("checkpoints", "gx_results")
@@ -83,34 +90,65 @@ def validate_shard_result(paths: RunPaths, settings: Settings, shard_id: int) ->
     docstring) at ``paths.shard_validation(shard_id)``; a shard without manifest or output is
     saved as ``failed``. A checkpoint that raised is recorded in the result, not raised.
     Raises only what reading the shard or writing the result raises."""
+    return judge_shard(paths, prepare_shard(paths, settings, shard_id))
+
+
+@dataclass
+class PreparedShard:
+    """One shard read and its batches built, not yet judged (``prepare_shard``): ``result``
+    is its saved result but ``checkpoints`` and ``gx_results``; ``batches`` is None for a
+    failed shard (nothing to judge)."""
+
+    shard_id: int
+    result: dict[str, Any]
+    batches: list[GateBatch] | None
+
+
+def prepare_shard(paths: RunPaths, settings: Settings, shard_id: int) -> PreparedShard:
+    """Read one shard's output, eligible users and exclusions and build its batches
+    (``shard_batches``): Polars work that releases the GIL, so a group's next shard can be
+    read while GX judges the one before (``pipeline.validate_shards``). Raises what reading
+    the shard raises."""
     outputs = read_shard_outputs(paths, settings.shard_count, shard_ids=[shard_id])
     if not outputs.computed:
-        result: dict[str, Any] = {"shard_id": shard_id, "status": "failed", "sha256": None,
-                                  "checkpoints": [], "gx_results": []}  # fmt: skip
-    else:
-        union = outputs.union
-        # a user in the wrong shard fails user_in_home_shard; its eligibility is looked up in
-        # its home shard's partition, so it does not also fail user_is_eligible
-        homes = (
-            union.select(shard_expr("user_id", settings.shard_count).unique().drop_nulls())
-            .to_series().to_list() if "user_id" in union.columns else []
-        )  # fmt: skip
-        eligible = eligible_users(paths.exports_dir, shard_ids=[shard_id, *homes])
-        batches = shard_batches(paths, settings, shard_id, outputs, eligible)
-        gate = run_checkpoints(batches, paths, label=f"shard_{shard_id:03d}", data_docs=False)
-        in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id)
-        result = {
-            "shard_id": shard_id,
-            "status": "computed",
-            "sha256": outputs.fingerprints[0]["sha256"] if outputs.fingerprints else None,
-            "rows": union.height,
-            "users": union.get_column("user_id").n_unique() if "user_id" in union.columns else 0,
-            "eligible_users": in_shard.height,
-            "generated_at": max_generated_at(union),
-            "inputs": inputs_fingerprint(paths, settings, shard_id),
-            "checkpoints": gate["checkpoints"],
-            "gx_results": gate["gx_results"],
-        }
+        failed = {"shard_id": shard_id, "status": "failed", "sha256": None}
+        return PreparedShard(shard_id, failed, None)
+    union = outputs.union
+    # a user in the wrong shard fails user_in_home_shard; its eligibility is looked up in
+    # its home shard's partition, so it does not also fail user_is_eligible
+    homes = (
+        union.select(shard_expr("user_id", settings.shard_count).unique().drop_nulls())
+        .to_series().to_list() if "user_id" in union.columns else []
+    )  # fmt: skip
+    eligible = eligible_users(paths.exports_dir, shard_ids=[shard_id, *homes])
+    batches = shard_batches(paths, settings, shard_id, outputs, eligible)
+    in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id)
+    result = {
+        "shard_id": shard_id,
+        "status": "computed",
+        "sha256": outputs.fingerprints[0]["sha256"] if outputs.fingerprints else None,
+        "rows": union.height,
+        "users": union.get_column("user_id").n_unique() if "user_id" in union.columns else 0,
+        "eligible_users": in_shard.height,
+        "generated_at": max_generated_at(union),
+        "inputs": inputs_fingerprint(paths, settings, shard_id),
+    }
+    return PreparedShard(shard_id, result, batches)
+
+
+def judge_shard(paths: RunPaths, prepared: PreparedShard) -> dict[str, Any]:
+    """Run a prepared shard's batches as GX checkpoints and save its whole result (module
+    docstring) at ``paths.shard_validation``; return it. A checkpoint that raised is
+    recorded in the result, not raised."""
+    shard_id = prepared.shard_id
+    gate = {"checkpoints": [], "gx_results": []}
+    if prepared.batches is not None:
+        gate = run_checkpoints(
+            prepared.batches, paths, label=f"shard_{shard_id:03d}", data_docs=False
+        )
+    result = {
+        **prepared.result, "checkpoints": gate["checkpoints"], "gx_results": gate["gx_results"]
+    }
     write_json(paths.shard_validation(shard_id), result)
     return result
 

@@ -28,8 +28,9 @@ The node universe is ``snapshot/users.parquet``; follow edges come from
 self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity and
 followers from the dbt export ``exports/candidate_profiles.parquet`` (so it runs after
 ``build_models``), rows cut in ``hop2_order`` (``hop_order``). Built with
-vectorised NumPy one snapshot partition at a time: peak memory is one partition's edges plus
-the capped result. Errors: ``RunNotFoundError``, ``SchemaMismatchError``, ``StaleGraphError``.
+vectorised NumPy, ``GRAPH_THREADS`` snapshot partitions at a time: peak memory is that many
+partitions' edges plus the capped result. Errors: ``RunNotFoundError``,
+``SchemaMismatchError``, ``StaleGraphError``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ import datetime as dt
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +77,11 @@ GRAPH_FILES = (
 #: in_degree.npy, reciprocal_pairs.npy and the hop2 order; 5: recommendable.npy (older graphs:
 #: rebuild).
 GRAPH_FORMAT_VERSION = 5
+#: Partitions capped at once (``_capped_in_order``): the Parquet read, NumPy's sorts, gathers
+#: and bincounts release the GIL, so two threads use both cores of a small machine (the 16
+#: partitions of 1 M users: 8.4-8.6 s on one thread, 4.9-5.4 s on two, 6.0 s on three;
+#: ``bench/README.md``, "The night at scale"). Memory: this many partitions' edges at once.
+GRAPH_THREADS = 2
 
 
 class StaleGraphError(RecsError):
@@ -147,6 +157,11 @@ class _EdgeCounts:
     rows_capped: int = 0
     partitions: list[int] = field(default_factory=list)
 
+    def add(self, other: _EdgeCounts) -> None:
+        """Add ``other``'s counts (a partition's, counted on its own thread) to these."""
+        for name in (counter.name for counter in fields(self) if counter.name != "partitions"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
 
 def _active_partition(path: Path, index: DenseIndex, counts: _EdgeCounts | None):
     """One partition's active follows of known accounts, no self-follows: ``(followers,
@@ -200,6 +215,32 @@ def _capped_partition(
     counts.rows_capped += int((rank == hop2_cap).sum())
     within = rank < hop2_cap
     return src[within].astype(np.int32), dst[within].astype(np.int32), out_degree
+
+
+def _capped_in_order(
+    files: list[Path], index: DenseIndex, hop2_cap: int, seed: int, row_order: RowOrder
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, _EdgeCounts]]:
+    """``_capped_partition`` of each of ``files``, in their order, with its own counts;
+    ``GRAPH_THREADS`` of them computed or held at once, counting the one the caller holds
+    (memory: that many partitions). An error is raised at its file; the
+    ones not started by then are cancelled."""
+
+    def one(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, _EdgeCounts]:
+        counts = _EdgeCounts()
+        return (*_capped_partition(path, index, hop2_cap, seed, counts, row_order), counts)
+
+    with ThreadPoolExecutor(GRAPH_THREADS, thread_name_prefix="recs-graph") as pool:
+        pending: deque[Future] = deque()
+        try:
+            for path in files:
+                pending.append(pool.submit(one, path))
+                if len(pending) == GRAPH_THREADS:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def reciprocal_pair_codes(snapshot_dir: Path, index: DenseIndex) -> np.ndarray:
@@ -297,24 +338,28 @@ def _assemble_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The capped rows of every partition, assembled into ``indices_path`` (int32 ``.npy``).
 
-    Pass 1 caps each partition (``_capped_partition``) and spills its ``(src, dst)`` pair to
-    ``spill/`` (memory: one partition); pass 2 scatters each row into a memory map of
-    ``indices_path`` written through ``atomic_path`` (file-backed pages, not private memory),
-    so the build's memory grows with the largest partition and ``n_nodes``, not with the
-    graph's edges. Returns ``(indptr int64[n_nodes + 1], degree int64[n_nodes] capped,
-    out_degree int64[n_nodes] uncapped, n_edges)``.
+    Pass 1 caps each partition (``_capped_partition``, ``GRAPH_THREADS`` at once) and spills
+    its ``(src, dst)`` pair to ``spill/`` in partition order (memory: that many partitions);
+    pass 2 scatters each row into a memory map of ``indices_path`` written through
+    ``atomic_path`` (file-backed pages, not private memory), so the build's memory grows with
+    the largest partitions and ``n_nodes``, not with the graph's edges. Returns ``(indptr
+    int64[n_nodes + 1], degree int64[n_nodes] capped, out_degree int64[n_nodes] uncapped,
+    n_edges)``.
     """
     hop2_cap = int(settings.hop2_cap)
     pieces: list[tuple[Path, Path]] = []
     degree = np.zeros(n_nodes, dtype=np.int64)
     out_degree = np.zeros(n_nodes, dtype=np.int64)
     overlapping = False
-    for shard_id, files in partition_files(Path(paths.snapshot_dir) / "follow_edges").items():
-        counts.partitions.append(shard_id)
-        for path in files:
-            src, dst, full = _capped_partition(
-                path, index, hop2_cap, settings.sample_seed, counts, row_order
-            )
+    partitions = partition_files(Path(paths.snapshot_dir) / "follow_edges")
+    counts.partitions.extend(partitions)
+    files = [(shard_id, path) for shard_id, found in partitions.items() for path in found]
+    capped = _capped_in_order(
+        [path for _, path in files], index, hop2_cap, settings.sample_seed, row_order
+    )
+    with closing(capped):  # an error here stops the partitions still being capped
+        for (shard_id, path), (src, dst, full, piece_counts) in zip(files, capped, strict=True):
+            counts.add(piece_counts)
             out_degree += full
             piece_degree = np.bincount(src, minlength=n_nodes)
             overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())

@@ -65,3 +65,39 @@ def test_scipy_stats_is_loaded_on_first_use():
     before, after, value = done.stdout.split()
     assert (before, after) == ("Deferred", "module")
     assert float(value) == pytest.approx(0.5 * math.log(4 / 3), rel=1e-12)
+
+
+def test_saved_results_are_the_stores_text_and_render_in_the_data_docs(tmp_path, caplog):
+    """A shard's ``gx_results`` hold the text GX's store keeps (parsed here: the suite, its
+    two expectations, one failed on the row with a null), and ``validate_run``'s call renders
+    them into its Data Docs beside its own: a page for the shard's batch and one for the run's.
+    A saved result whose text cannot be read is logged and left out, the others still render.
+    """
+    import json
+
+    import great_expectations.expectations as gxe
+    import polars as pl
+
+    from recs.nightly.checkpoints import GateBatch, run_checkpoints
+    from recs.nightly.runs import RunPaths
+
+    paths = RunPaths.create(tmp_path / "home", "2026-11-01", "test_run")
+    rows = GateBatch("rows", pl.DataFrame({"user_id": [1, 2, None]}), keys=["user_id"])
+    rows.expect("no_null_user", gxe.ExpectColumnValuesToNotBeNull, column="user_id")
+    rows.expect("user_positive", gxe.ExpectColumnValuesToBeBetween, column="user_id",
+                min_value=1)  # fmt: skip
+    shard = run_checkpoints([rows], paths, label="shard_000", data_docs=False)
+    [saved] = shard["gx_results"]
+    document = json.loads(saved["value"])
+    assert document["suite_name"] == "recs_rows" and document["success"] is False
+    assert [r["success"] for r in document["results"]] == [False, True]
+
+    run = GateBatch("run", pl.DataFrame({"rows": [3]}), keys=[])
+    run.expect("rows_positive", gxe.ExpectColumnValuesToBeBetween, column="rows", min_value=1)
+    damaged = {"key": [*saved["key"][:-1], "damaged"], "value": "{not json"}
+    with caplog.at_level("WARNING", logger="recs.nightly.checkpoints"):
+        result = run_checkpoints([run], paths, saved_results=[saved, damaged])
+    validations = paths.validation_dir / "data_docs" / "validations"
+    pages = sorted(p.relative_to(validations).parts[0] for p in validations.rglob("*.html"))
+    assert result["data_docs"] is not None and pages == ["recs_rows", "recs_run"]
+    assert "a saved GX result could not be restored" in caplog.text

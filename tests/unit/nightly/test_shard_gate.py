@@ -256,6 +256,91 @@ def test_a_gate_task_checks_its_group_one_shard_after_another(tmp_path):
     assert [paths.shard_validation(i).exists() for i in range(4)] == [False, True, False, True]
 
 
+def _locks_held(paths, shard_ids) -> list[int]:
+    """The shards among ``shard_ids`` whose lock file is locked (by any open file: a fresh
+    one's non-blocking ``flock`` fails), asked as another process would."""
+    import fcntl
+
+    held = []
+    for shard_id in shard_ids:
+        path = paths.run_dir / ".locks" / f"shard_id={shard_id:03d}.lock"
+        if not path.exists():
+            continue
+        with path.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(shard_id)
+            else:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    return held
+
+
+def test_the_next_shard_is_read_while_gx_judges_the_one_before(tmp_path, monkeypatch):
+    """``validate_shards([0, 1, 2, 3])``: GX's checks of each shard wait until the next shard
+    is being read (a sequential gate would wait for ever: the test times out), and while
+    shard k is judged the locks held are k's and k+1's, never a third. The results are those
+    of the shards gated one by one."""
+    import threading
+
+    import recs.nightly.shard_gate as shard_gate
+    from recs.nightly import pipeline
+
+    paths, settings = write_good_run(tmp_path / "home")
+    _with_frozen_settings(paths, settings)
+    one_by_one = [
+        {k: v for k, v in r.items() if k != "seconds"} for r in gate_every_shard(paths, settings)
+    ]
+    reading = {shard_id: threading.Event() for shard_id in range(4)}
+    held_while_judged = {}
+    prepare, judge = shard_gate.prepare_shard, shard_gate.run_checkpoints
+
+    def marked_prepare(paths, settings, shard_id):
+        reading[shard_id].set()
+        return prepare(paths, settings, shard_id)
+
+    def waiting_judge(batches, paths, *, label, **kwargs):
+        shard_id = int(label.removeprefix("shard_"))
+        held_while_judged[shard_id] = _locks_held(paths, range(4))
+        if shard_id < 3:
+            assert reading[shard_id + 1].wait(timeout=30), f"shard {shard_id + 1} not read ahead"
+        return judge(batches, paths, label=label, **kwargs)
+
+    monkeypatch.setattr(shard_gate, "prepare_shard", marked_prepare)
+    monkeypatch.setattr(shard_gate, "run_checkpoints", waiting_judge)
+    results = pipeline.validate_shards(paths, [0, 1, 2, 3])
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in results] == one_by_one
+    assert held_while_judged == {0: [0, 1], 1: [1, 2], 2: [2, 3], 3: [3]}
+    assert _locks_held(paths, range(4)) == []
+
+
+def test_a_gate_task_failing_half_way_lets_go_of_both_shards(tmp_path, monkeypatch):
+    """GX raises while it judges shard 1 of ``[0, 1, 2]`` (shard 2 read ahead by then): the
+    error comes out, shard 0's result is saved and shard 2's is not, no shard's lock is held
+    afterwards and no reading thread is left."""
+    import threading
+
+    import recs.nightly.shard_gate as shard_gate
+    from recs.nightly import pipeline
+
+    paths, settings = write_good_run(tmp_path / "home")
+    _with_frozen_settings(paths, settings)
+    judge = shard_gate.run_checkpoints
+
+    def broken_judge(batches, paths, *, label, **kwargs):
+        if label == "shard_001":
+            assert _locks_held(paths, range(4)) == [1, 2]  # shard 2 is held: read ahead
+            raise RuntimeError("GX broke on shard 1")
+        return judge(batches, paths, label=label, **kwargs)
+
+    monkeypatch.setattr(shard_gate, "run_checkpoints", broken_judge)
+    with pytest.raises(RuntimeError, match="GX broke on shard 1"):
+        pipeline.validate_shards(paths, [0, 1, 2])
+    assert [paths.shard_validation(i).exists() for i in range(3)] == [True, False, False]
+    assert _locks_held(paths, range(4)) == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("recs-gate-read")]
+
+
 def test_a_gate_task_leaves_the_process_freeze_as_it_found_it(tmp_path):
     """The gate freezes what lived before its first shard out of the collections: in a process
     that froze nothing, everything is unfrozen after; in one that froze objects itself (a

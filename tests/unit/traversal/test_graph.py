@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import numpy as np
 import polars as pl
@@ -13,6 +14,7 @@ from recs.contracts import SNAPSHOT_SCHEMAS
 from recs.errors import RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, write_json
 from recs.sampling import capped_follows, sample_keys
+from recs.traversal import graph as graph_module
 from recs.traversal.graph import build_graph, load_graph, sample_sorted
 from recs.traversal.ids import DenseIndex
 
@@ -260,3 +262,85 @@ def test_a_rebuild_removes_what_a_killed_build_left(tmp_path):
     build_graph(paths, settings)
     assert not pieces.exists() and not stale.exists()
     assert load_graph(paths.graph_dir).follows(1) == [3, 4, 5]
+
+
+def many_partitions(tmp_path):
+    """400 users over 6 shards, 4,000 random follows (some pending, repeated pairs and
+    self-follows, followees outside the users), hop2_cap 7: six partitions to cap."""
+    rng = np.random.default_rng(11)
+    followers = rng.integers(1, 401, 4_000)
+    followees = rng.integers(1, 420, 4_000)
+    status = np.where(rng.random(4_000) < 0.1, "pending", "active")
+    edges = sorted(set(zip(followers.tolist(), followees.tolist(), status.tolist(), strict=True)))
+    edges = list({(a, b): (a, b, c) for a, b, c in edges}.values())  # one status per pair
+    settings = settings_for(tmp_path, shard_count=6, hop2_cap=7)
+    paths = write_run(Fixture(users=users_with(range(1, 401)), edges=edges), settings)
+    return paths, settings, edges
+
+
+def test_partitions_capped_on_threads_give_the_bytes_of_one_thread(tmp_path, monkeypatch):
+    """The six partitions capped one at a time, then two and three at once
+    (``GRAPH_THREADS``): every file of the graph is the same, meta.json's counts included
+    (each partition counts on its own thread and the counts are added), and the counts are the
+    fixture's own: every edge read, the pending ones skipped, the followees outside users
+    dropped."""
+    paths, settings, edges = many_partitions(tmp_path)
+    built = {}
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(graph_module, "GRAPH_THREADS", threads)
+        build_graph(paths, settings)
+        built[threads] = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    assert built[2] == built[1] and built[3] == built[1]
+    meta = read_json(paths.graph_dir / "meta.json")
+    pending = sum(status == "pending" for _, _, status in edges)
+    outside = sum(
+        status == "active" and followee > 400 and follower != followee
+        for follower, followee, status in edges
+    )
+    assert meta["edges_read"] == len(edges)
+    assert meta["pending_skipped"] == pending
+    assert meta["unknown_endpoint_dropped"] == outside
+    assert meta["partitions"] == [0, 1, 2, 3, 4, 5]
+
+
+def test_two_partitions_are_capped_at_once(tmp_path, monkeypatch):
+    """With ``GRAPH_THREADS`` 2 the first two partitions are in ``_capped_partition`` at the
+    same time: each waits at a two-party barrier for the other (one thread would time out)."""
+    paths, settings, _ = many_partitions(tmp_path)
+    barrier = threading.Barrier(2, timeout=30)
+    original = graph_module._capped_partition
+    calls = []
+
+    def meeting(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) <= 2:
+            barrier.wait()
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(graph_module, "_capped_partition", meeting)
+    monkeypatch.setattr(graph_module, "GRAPH_THREADS", 2)
+    build_graph(paths, settings)
+    assert len(calls) == 6 and load_graph(paths.graph_dir).meta["partitions"] == list(range(6))
+
+
+def test_a_partition_failing_on_its_thread_stops_the_build(tmp_path, monkeypatch):
+    """The third of six partitions is truncated: its error comes out of the build (raised at
+    its file), the partitions after it are not all capped, and nothing is left behind."""
+    paths, settings, _ = many_partitions(tmp_path)
+    parts = sorted((paths.snapshot_dir / "follow_edges").glob("shard_id=*/*.parquet"))
+    parts[2].write_bytes(parts[2].read_bytes()[:20])
+    original = graph_module._capped_partition
+    capped = []
+
+    def counting(path, *args, **kwargs):
+        capped.append(path)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(graph_module, "_capped_partition", counting)
+    monkeypatch.setattr(graph_module, "GRAPH_THREADS", 2)
+    with pytest.raises(pl.exceptions.ComputeError):
+        build_graph(paths, settings)
+    assert parts[2] in capped and len(capped) < 6
+    assert not (paths.graph_dir / "meta.json").exists()
+    assert not [p for p in paths.run_dir.iterdir() if p.name.startswith(".")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("recs-graph")]
