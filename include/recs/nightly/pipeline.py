@@ -166,8 +166,7 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
     held at once, never more (locks taken in the group's order, as every task takes them;
     the time it saves: ``bench/README.md``, "The night at scale")."""
     from recs.nightly.checkpoints import quiet_gx
-    from recs.nightly.shard_gate import prepare_shard
-    from recs.nightly.shard_gate import validate_shard as _validate
+    from recs.nightly.shard_gate import prepare_shard, validate_prepared
 
     with synced(paths, "validate_shards"):  # writes nothing: the snapshot manifest, if a store
         settings = run_settings(paths)
@@ -199,14 +198,14 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
                 return held, reader.submit(prepare_shard, paths, settings, shard_id)
 
             ahead = read_ahead(shard_ids[0]) if shard_ids else None
-            for position, shard_id in enumerate(shard_ids):
+            for next_id in [*shard_ids[1:], None]:
                 held, prepared = ahead
                 ahead = None
                 with held:  # released (and the store's sync ended) once this shard is saved
                     try:
-                        if position + 1 < len(shard_ids):
-                            ahead = read_ahead(shard_ids[position + 1])
-                        results.append(_validate(paths, settings, shard_id, prepared.result()))
+                        if next_id is not None:
+                            ahead = read_ahead(next_id)
+                        results.append(validate_prepared(paths, prepared.result()))
                     except BaseException:
                         if ahead is not None:  # the next shard ends as if it had failed too
                             ahead[1].cancel()

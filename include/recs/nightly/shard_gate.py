@@ -59,18 +59,24 @@ SHARD_BATCHES = ("recommendations", "recommendation_rules", "users", "shards")
 # Scores are sums of floats; allow for one rounding step above the exact bound.
 SCORE_TOLERANCE = 1e-9
 
-def validate_shard(
-    paths: RunPaths, settings: Settings, shard_id: int, prepared: PreparedShard | None = None
-) -> dict[str, Any]:
+
+def validate_shard(paths: RunPaths, settings: Settings, shard_id: int) -> dict[str, Any]:
     """Validate one planned shard and save its result (``validate_shard_result``); return it
     without ``checkpoints`` and ``gx_results``, plus ``success`` (None for a failed shard:
-    nothing to judge, it is carried over) and ``seconds``, for XCom and the CLI. ``prepared``:
-    the shard's ``prepare_shard``, if the caller read it ahead (``seconds`` then leaves the
-    read out)."""
+    nothing to judge, it is carried over) and ``seconds``, for XCom and the CLI."""
     started = time.perf_counter()
-    if prepared is not None and prepared.shard_id != shard_id:
-        raise ValueError(f"shard {prepared.shard_id} was read for shard {shard_id}")
-    result = judge_shard(paths, prepared or prepare_shard(paths, settings, shard_id))
+    return validate_prepared(paths, prepare_shard(paths, settings, shard_id), started)
+
+
+def validate_prepared(
+    paths: RunPaths, prepared: PreparedShard, started: float | None = None
+) -> dict[str, Any]:
+    """``validate_shard`` of a shard its caller read already (``prepare_shard``, e.g. ahead,
+    on another thread); ``seconds`` counts from ``started`` (``time.perf_counter``; default:
+    now, so the judging only)."""
+    started = time.perf_counter() if started is None else started
+    shard_id = prepared.shard_id
+    result = judge_shard(paths, prepared)
     checks = [e for c in result["checkpoints"] for e in c["expectations"]]
     summary = {
         key: value for key, value in result.items() if key not in ("checkpoints", "gx_results")

@@ -27,9 +27,9 @@ The node universe is ``snapshot/users.parquet``; follow edges come from
 ``snapshot/follow_edges`` (not ``active``: not expanded; an endpoint missing from ``users``,
 self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity and
 followers from the dbt export ``exports/candidate_profiles.parquet`` (so it runs after
-``build_models``), rows cut in ``hop2_order`` (``hop_order``). Built with
-vectorised NumPy, ``GRAPH_THREADS`` snapshot partitions at a time: peak memory is that many
-partitions' edges plus the capped result. Errors: ``RunNotFoundError``,
+``build_models``). The rows are capped and cut in ``hop2_order`` by ``capped_rows``, with
+vectorised NumPy, ``capped_rows.GRAPH_THREADS`` snapshot partitions at a time: peak memory is
+that many partitions' edges plus the capped result. Errors: ``RunNotFoundError``,
 ``SchemaMismatchError``, ``StaleGraphError``.
 """
 
@@ -39,29 +39,15 @@ import datetime as dt
 import logging
 import shutil
 import time
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
-from recs.files import atomic_path, atomic_write, read_json, staging_name, write_json
-from recs.sampling import rank_within_groups, sample_keys
-from recs.sharding import partition_files
-from recs.traversal.hop_order import (
-    grouped_order,
-    ordered_keys,
-    pair_codes,
-    popularity_priority,
-    recency_priority,
-    reciprocated,
-    reciprocity_priority,
-)
+from recs.files import atomic_write, read_json, staging_name, write_json
+from recs.traversal.capped_rows import EdgeCounts, RowOrder, assemble_rows, reciprocal_pair_codes
 from recs.traversal.ids import DenseIndex
 from recs.traversal.predicates import recommendable_bits, recommendable_profiles
 from recs.traversal.ranking import activity_term, path_weights
@@ -81,35 +67,11 @@ GRAPH_FORMAT_VERSION = 5
 #: and bincounts release the GIL, so two threads use both cores of a small machine (the 16
 #: partitions of 1 M users: 8.4-8.6 s on one thread, 4.9-5.4 s on two, 6.0 s on three;
 #: ``bench/README.md``, "The night at scale"). Memory: this many partitions' edges at once.
-GRAPH_THREADS = 2
 
 
 class StaleGraphError(RecsError):
     """The run's graph was built with other settings (``hop2_cap``, ``sample_seed``,
     ``half_life_days``, ``ranking``, ``hop2_order``) or for another ``as_of``."""
-
-
-@dataclass(frozen=True)
-class RowOrder:
-    """How rows are cut (``hop_order``): ``order`` and what it needs, by dense id:
-    ``in_degree`` (popularity), ``reciprocal_codes`` (reciprocity, sorted pair codes)."""
-
-    order: str = "sample"
-    in_degree: np.ndarray | None = None
-    reciprocal_codes: np.ndarray | None = None
-
-    def keys(self, followers, followees, src, dst, created_at_us, seed) -> np.ndarray:
-        """The ``uint64`` order keys of these edges (original and dense ids, times in µs)."""
-        keys = sample_keys(followers, followees, seed)
-        if self.order == "sample":
-            return keys
-        if self.order == "recency":
-            priority = recency_priority(created_at_us)
-        elif self.order == "popularity":
-            priority = popularity_priority(self.in_degree[dst])
-        else:
-            priority = reciprocity_priority(reciprocated(src, dst, self.reciprocal_codes))
-        return ordered_keys(keys, priority)
 
 
 def read_user_ids(users_path: Path) -> np.ndarray:
@@ -120,141 +82,6 @@ def read_user_ids(users_path: Path) -> np.ndarray:
     if frame.schema["user_id"] != pl.Int64:
         raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
     return np.unique(frame["user_id"].drop_nulls().to_numpy())
-
-
-def sample_sorted(
-    groups: np.ndarray, n_groups: int, keys: np.ndarray, tie_breaks: np.ndarray
-) -> np.ndarray:
-    """Permutation ordering edges by ``(group, key, tie_break)`` (``int64``).
-
-    ``groups``: non-negative ints below ``n_groups`` (dense follower ids or user positions).
-    ``keys``: ``uint64`` sample keys; ``tie_breaks``: followee ids (original or dense: dense
-    order equals original order). Fast path: one ``argsort`` of a packed ``uint64`` of the group
-    and the key's high bits; if two packed values tie (a duplicate pair, or a 1-in-2**40 key
-    collision) it falls back to the exact three-key ``lexsort``, so the order is always exact.
-    """
-    n = len(groups)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    group_bits = max(1, int(n_groups - 1).bit_length())
-    if group_bits <= 40:
-        shift = np.uint64(group_bits)
-        packed = (groups.astype(np.uint64) << np.uint64(64 - group_bits)) | (keys >> shift)
-        order = np.argsort(packed, kind="quicksort")
-        ordered = packed[order]
-        if not (ordered[1:] == ordered[:-1]).any():
-            return order
-    return np.lexsort((tie_breaks, keys, groups))
-
-
-@dataclass
-class _EdgeCounts:
-    edges_read: int = 0
-    pending_skipped: int = 0
-    unknown_endpoint_dropped: int = 0
-    self_loops_dropped: int = 0
-    duplicates_dropped: int = 0
-    rows_capped: int = 0
-    partitions: list[int] = field(default_factory=list)
-
-    def add(self, other: _EdgeCounts) -> None:
-        """Add ``other``'s counts (a partition's, counted on its own thread) to these."""
-        for name in (counter.name for counter in fields(self) if counter.name != "partitions"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-def _active_partition(path: Path, index: DenseIndex, counts: _EdgeCounts | None):
-    """One partition's active follows of known accounts, no self-follows: ``(followers,
-    followees)`` original int64, ``(src, dst)`` dense, ``created_at`` int64 µs."""
-    import polars as pl
-
-    frame = pl.read_parquet(path, columns=["follower_id", "followee_id", "created_at", "status"])
-    active = frame.filter(pl.col("status") == "active")
-    followers = active["follower_id"].to_numpy().astype(np.int64, copy=False)
-    followees = active["followee_id"].to_numpy().astype(np.int64, copy=False)
-    created = active["created_at"].cast(pl.Datetime("us")).dt.epoch("us").fill_null(0).to_numpy()
-    src = index(followers)
-    dst = index(followees)
-    known = (src >= 0) & (dst >= 0)
-    not_self = src != dst
-    if counts is not None:
-        counts.edges_read += frame.height
-        counts.pending_skipped += frame.height - active.height
-        counts.unknown_endpoint_dropped += int(len(known) - known.sum())
-        counts.self_loops_dropped += int((known & ~not_self).sum())
-    keep = known & not_self
-    return followers[keep], followees[keep], src[keep], dst[keep], created[keep]
-
-
-def _capped_partition(
-    path: Path, index: DenseIndex, hop2_cap: int, seed: int, counts: _EdgeCounts,
-    row_order: RowOrder | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One partition's capped edges: ``(follower dense int32, followee dense int32, full
-    out-degree int64[n_nodes])``, the last counting every distinct active follow.
-
-    Sorted by follower, then ``row_order`` (default ``sample``); at most ``hop2_cap`` per
-    follower.
-    """
-    row_order = row_order or RowOrder()
-    followers, followees, src, dst, created = _active_partition(path, index, counts)
-    keys = row_order.keys(followers, followees, src, dst, created, seed)
-    del followers, followees, created
-    if row_order.order == "sample":
-        order = sample_sorted(src, len(index.user_ids), keys, dst)
-    else:  # keys are priority-first: exact (packing them with the group would lose bits)
-        order = grouped_order(src, keys, dst)
-    src, dst, keys = src[order], dst[order], keys[order]
-    duplicate = np.zeros(len(src), dtype=bool)
-    duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
-    if duplicate.any():
-        counts.duplicates_dropped += int(duplicate.sum())
-        src, dst, keys = src[~duplicate], dst[~duplicate], keys[~duplicate]
-    out_degree = np.bincount(src, minlength=len(index.user_ids)).astype(np.int64)
-    rank = rank_within_groups(src)
-    counts.rows_capped += int((rank == hop2_cap).sum())
-    within = rank < hop2_cap
-    return src[within].astype(np.int32), dst[within].astype(np.int32), out_degree
-
-
-def _capped_in_order(
-    files: list[Path], index: DenseIndex, hop2_cap: int, seed: int, row_order: RowOrder
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, _EdgeCounts]]:
-    """``_capped_partition`` of each of ``files``, in their order, with its own counts;
-    ``GRAPH_THREADS`` of them computed or held at once, counting the one the caller holds
-    (memory: that many partitions). An error is raised at its file; the
-    ones not started by then are cancelled."""
-
-    def one(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, _EdgeCounts]:
-        counts = _EdgeCounts()
-        return (*_capped_partition(path, index, hop2_cap, seed, counts, row_order), counts)
-
-    with ThreadPoolExecutor(GRAPH_THREADS, thread_name_prefix="recs-graph") as pool:
-        pending: deque[Future] = deque()
-        try:
-            for path in files:
-                pending.append(pool.submit(one, path))
-                if len(pending) == GRAPH_THREADS:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
-
-
-def reciprocal_pair_codes(snapshot_dir: Path, index: DenseIndex) -> np.ndarray:
-    """Sorted ``hop_order.pair_codes`` of the snapshot's active follows whose reverse is an
-    active follow too (one pass over every partition; 8 bytes per follow while it runs)."""
-    pieces = []
-    for files in partition_files(Path(snapshot_dir) / "follow_edges").values():
-        for path in files:
-            _, _, src, dst, _ = _active_partition(path, index, None)
-            pieces.append(pair_codes(src, dst))
-    codes = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, dtype=np.uint64)
-    src = (codes >> np.uint64(32)).astype(np.int64)
-    dst = (codes & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    return codes[reciprocated(src, dst, codes)]
 
 
 def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
@@ -332,81 +159,6 @@ def account_active(users_path: Path, index: DenseIndex, n_nodes: int) -> np.ndar
     return active
 
 
-def _assemble_rows(
-    paths, settings, index: DenseIndex, n_nodes: int, counts: _EdgeCounts, row_order: RowOrder,
-    spill: Path, indices_path: Path,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The capped rows of every partition, assembled into ``indices_path`` (int32 ``.npy``).
-
-    Pass 1 caps each partition (``_capped_partition``, ``GRAPH_THREADS`` at once) and spills
-    its ``(src, dst)`` pair to ``spill/`` in partition order (memory: that many partitions);
-    pass 2 scatters each row into a memory map of ``indices_path`` written through
-    ``atomic_path`` (file-backed pages, not private memory), so the build's memory grows with
-    the largest partitions and ``n_nodes``, not with the graph's edges. Returns ``(indptr
-    int64[n_nodes + 1], degree int64[n_nodes] capped, out_degree int64[n_nodes] uncapped,
-    n_edges)``.
-    """
-    hop2_cap = int(settings.hop2_cap)
-    pieces: list[tuple[Path, Path]] = []
-    degree = np.zeros(n_nodes, dtype=np.int64)
-    out_degree = np.zeros(n_nodes, dtype=np.int64)
-    overlapping = False
-    partitions = partition_files(Path(paths.snapshot_dir) / "follow_edges")
-    counts.partitions.extend(partitions)
-    files = [(shard_id, path) for shard_id, found in partitions.items() for path in found]
-    capped = _capped_in_order(
-        [path for _, path in files], index, hop2_cap, settings.sample_seed, row_order
-    )
-    with closing(capped):  # an error here stops the partitions still being capped
-        for (shard_id, path), (src, dst, full, piece_counts) in zip(files, capped, strict=True):
-            counts.add(piece_counts)
-            out_degree += full
-            piece_degree = np.bincount(src, minlength=n_nodes)
-            overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
-            degree += piece_degree
-            piece = (spill / f"{len(pieces):06d}.src.npy", spill / f"{len(pieces):06d}.dst.npy")
-            np.save(piece[0], src, allow_pickle=False)
-            np.save(piece[1], dst, allow_pickle=False)
-            pieces.append(piece)
-            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
-            del src, dst, full, piece_degree
-
-    if overlapping:
-        # A follower split across partitions (not the snapshot's layout, but harmless): the
-        # union of per-partition prefixes contains the global prefix, so re-sort and re-cap.
-        src = np.concatenate([np.load(p[0]) for p in pieces])
-        dst = np.concatenate([np.load(p[1]) for p in pieces])
-        user_ids = index.user_ids
-        keys = row_order.keys(
-            user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
-            settings.sample_seed,
-        )  # (recency: the times are not kept per piece; the re-cut is in sample order then)
-        order = grouped_order(src, keys, dst)
-        src, dst = src[order], dst[order]
-        duplicate = np.zeros(len(src), dtype=bool)
-        duplicate[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1])
-        counts.duplicates_dropped += int(duplicate.sum())
-        src, dst = src[~duplicate], dst[~duplicate]
-        within = rank_within_groups(src) < hop2_cap
-        src, dst = src[within], dst[within]
-        degree = np.bincount(src, minlength=n_nodes).astype(np.int64)
-    indptr = np.zeros(n_nodes + 1, dtype=np.int64)
-    np.cumsum(degree, out=indptr[1:])
-    n_edges = int(indptr[-1])
-    with atomic_path(indices_path) as tmp:
-        indices = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(n_edges,))
-        if overlapping:
-            indices[:] = dst  # already in row order
-        else:
-            # Pass 2: each row lives in exactly one piece, already in row order: scatter it.
-            for src_path, dst_path in pieces:
-                src = np.load(src_path)
-                indices[indptr[src] + rank_within_groups(src)] = np.load(dst_path)
-        indices.flush()
-        del indices
-    return indptr, degree, out_degree, n_edges
-
-
 def _save_npy(path: Path, array: np.ndarray) -> None:
     with atomic_write(path, binary=True) as handle:
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
@@ -441,7 +193,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
     user_ids = read_user_ids(users_path)
     n_nodes = len(user_ids)
     hop2_cap = int(settings.hop2_cap)
-    counts = _EdgeCounts()
+    counts = EdgeCounts()
     index = DenseIndex(user_ids)
     profiles_path = Path(paths.exports_dir) / "candidate_profiles.parquet"
     in_degree = (
@@ -466,7 +218,7 @@ def build_graph(paths, settings) -> dict[str, Any]:
     spill = graph_dir.with_name(staging_name(graph_dir.name, ".pieces"))
     spill.mkdir()
     try:
-        indptr, degree, out_degree, n_edges = _assemble_rows(
+        indptr, degree, out_degree, n_edges = assemble_rows(
             paths, settings, index, n_nodes, counts, row_order, spill, graph_dir / "indices.npy"
         )
     finally:

@@ -1,4 +1,5 @@
-"""The capped CSR graph (recs.traversal.graph) and its id map (recs.traversal.ids)."""
+"""The capped CSR graph (recs.traversal.graph, its rows: recs.traversal.capped_rows) and its id map
+(recs.traversal.ids)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from recs.contracts import SNAPSHOT_SCHEMAS
 from recs.errors import RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, write_json
 from recs.sampling import capped_follows, sample_keys
-from recs.traversal import graph as graph_module
-from recs.traversal.graph import build_graph, load_graph, sample_sorted
+from recs.traversal import capped_rows
+from recs.traversal.capped_rows import sample_sorted
+from recs.traversal.graph import build_graph, load_graph
 from recs.traversal.ids import DenseIndex
 
 SEED = 20_240_601
@@ -287,7 +289,7 @@ def test_partitions_capped_on_threads_give_the_bytes_of_one_thread(tmp_path, mon
     paths, settings, edges = many_partitions(tmp_path)
     built = {}
     for threads in (1, 2, 3):
-        monkeypatch.setattr(graph_module, "GRAPH_THREADS", threads)
+        monkeypatch.setattr(capped_rows, "GRAPH_THREADS", threads)
         build_graph(paths, settings)
         built[threads] = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
     assert built[2] == built[1] and built[3] == built[1]
@@ -308,7 +310,7 @@ def test_two_partitions_are_capped_at_once(tmp_path, monkeypatch):
     same time: each waits at a two-party barrier for the other (one thread would time out)."""
     paths, settings, _ = many_partitions(tmp_path)
     barrier = threading.Barrier(2, timeout=30)
-    original = graph_module._capped_partition
+    original = capped_rows._capped_partition
     calls = []
 
     def meeting(path, *args, **kwargs):
@@ -317,8 +319,8 @@ def test_two_partitions_are_capped_at_once(tmp_path, monkeypatch):
             barrier.wait()
         return original(path, *args, **kwargs)
 
-    monkeypatch.setattr(graph_module, "_capped_partition", meeting)
-    monkeypatch.setattr(graph_module, "GRAPH_THREADS", 2)
+    monkeypatch.setattr(capped_rows, "_capped_partition", meeting)
+    monkeypatch.setattr(capped_rows, "GRAPH_THREADS", 2)
     build_graph(paths, settings)
     assert len(calls) == 6 and load_graph(paths.graph_dir).meta["partitions"] == list(range(6))
 
@@ -329,15 +331,15 @@ def test_a_partition_failing_on_its_thread_stops_the_build(tmp_path, monkeypatch
     paths, settings, _ = many_partitions(tmp_path)
     parts = sorted((paths.snapshot_dir / "follow_edges").glob("shard_id=*/*.parquet"))
     parts[2].write_bytes(parts[2].read_bytes()[:20])
-    original = graph_module._capped_partition
+    original = capped_rows._capped_partition
     capped = []
 
     def counting(path, *args, **kwargs):
         capped.append(path)
         return original(path, *args, **kwargs)
 
-    monkeypatch.setattr(graph_module, "_capped_partition", counting)
-    monkeypatch.setattr(graph_module, "GRAPH_THREADS", 2)
+    monkeypatch.setattr(capped_rows, "_capped_partition", counting)
+    monkeypatch.setattr(capped_rows, "GRAPH_THREADS", 2)
     with pytest.raises(pl.exceptions.ComputeError):
         build_graph(paths, settings)
     assert parts[2] in capped and len(capped) < 6
