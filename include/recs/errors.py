@@ -116,7 +116,7 @@ class ShardPlanError(RecsError):
 
 
 class ModelsBuildError(RecsError):
-    """``dbt build`` failed (a model, data test or unit test), or an export is missing."""
+    """``dbt build`` failed (a model or a data test), or an export is missing."""
 
 
 class ValidationFailedError(RecsError):

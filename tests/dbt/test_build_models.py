@@ -290,7 +290,6 @@ def test_docs_generate_on_a_built_run(built_run):
     assert set(columns) == {"user_id", "in_degree", "hub_threshold"}
 
 
-@pytest.mark.slow
 def test_unit_tests_pass_on_a_built_run(built_run):
     """The nightly build leaves the unit tests out (``NIGHTLY_BUILD_FLAGS``); here, in CI, dbt
     runs every one of them (7: two intermediate, five marts) on the fixture's build."""
@@ -305,7 +304,7 @@ def test_unit_tests_pass_on_a_built_run(built_run):
         outcome = dbtRunner().invoke(args)
     finally:
         release_duckdb()
-    assert outcome.success, outcome.exception
+    assert outcome.result is not None, outcome.exception
     ran = {str(r.node.unique_id): str(r.status) for r in outcome.result.results}
     expected = {
         "int_exclusions_unioned.int_exclusions_unioned_every_reason",
@@ -316,7 +315,8 @@ def test_unit_tests_pass_on_a_built_run(built_run):
         "eligible_users.eligible_users_active_in_window",
         "popularity_index.popularity_index_ranks_per_tag_and_global",
     }
-    assert ran == {f"unit_test.recs.{name}": "pass" for name in expected}
+    assert ran == {f"unit_test.recs.{name}": "pass" for name in expected}  # names a failure
+    assert outcome.success
 
 
 @pytest.mark.slow
@@ -370,7 +370,9 @@ def test_the_build_passes_within_a_small_memory_limit_and_counts_in_degrees(tmp_
     paths = RunPaths.create(home, "2026-11-01", "spill")
     pipeline.freeze_snapshot(paths, settings)
     summary = pipeline.build_models(paths)
-    assert summary["tests_passed"] > 80 and summary["tests_warned"] == 0
+    manifest = json.loads((paths.run_dir / "dbt" / "target" / "manifest.json").read_text())
+    data_tests = [n for n in manifest["nodes"].values() if n["resource_type"] == "test"]
+    assert summary["tests_passed"] == len(data_tests) > 80 and summary["tests_warned"] == 0
     edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
     users = pl.read_parquet(paths.snapshot_dir / "users.parquet", columns=["user_id"])
     active = edges.filter(

@@ -44,9 +44,9 @@ PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
 _FAILED_STATUSES = {"error", "fail", "runtime error"}
 DOCS_TARGET = "docs"  # dbt docs generate's target folder under <run_dir>/dbt/
 # The nightly build runs the models, their data tests and the exports, not the unit tests: those
-# test the SQL's logic on fixed inputs, so they belong to CI (tests/dbt), as dbt's docs advise
-# ("run unit tests only in development or CI", --exclude-resource-type, dbt >= 1.9:
-# docs.getdbt.com/reference/global-configs/resource-type). One sat on the night's critical path.
+# test the SQL's logic on fixed inputs, so they belong to CI (tests/dbt): dbt's docs recommend
+# running unit tests only in development or CI (docs.getdbt.com/docs/build/unit-tests; the flag:
+# docs.getdbt.com/reference/global-configs/resource-type). One sat on the night's longest chain.
 NIGHTLY_BUILD_FLAGS = ("--quiet", "--exclude-resource-type", "unit_test")
 
 
