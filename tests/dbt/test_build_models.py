@@ -354,6 +354,24 @@ def test_failed_build_names_the_failed_nodes(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_edge_filed_under_another_shard_fails_the_build(tmp_path):
+    """The snapshot partition test, seen failing: one more follow of user 1 (1->6, otherwise
+    harmless: 6 is active and discoverable) filed under the shard after its own fails exactly
+    that test, so the build stops before any traversal reads the misfiled partition."""
+    paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, "misfiled")
+    write_snapshot(paths)
+    wrong = (shard_of(1, SHARDS) + 1) % SHARDS
+    folder = paths.snapshot_dir / "follow_edges" / f"shard_id={wrong:03d}"
+    folder.mkdir(exist_ok=True)
+    _frame("follow_edges", [(1, 6, CREATED, "active")]).write_parquet(folder / "part-9.parquet")
+    with pytest.raises(ModelsBuildError) as caught:
+        build_models(paths, settings_for(tmp_path))
+    assert "1 failed: test.recs.assert_snapshot_partitions_match_shard_id (fail)" in str(
+        caught.value
+    )
+
+
+@pytest.mark.slow
 def test_the_build_passes_within_a_small_memory_limit_and_counts_in_degrees(tmp_path):
     """A 20 k-user synthetic graph (about 600 k follows) built with DuckDB's memory limit at
     40 MB (10 MB runs out of memory: the limit is applied) passes, and the in-degrees it
