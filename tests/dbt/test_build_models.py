@@ -142,6 +142,12 @@ def read_export(paths: RunPaths, name: str) -> pl.DataFrame:
     return pl.read_parquet(paths.exports_dir / f"{name}.parquet")
 
 
+def data_test_count(paths: RunPaths) -> int:
+    """The data tests (not unit tests) in the manifest of the run's build."""
+    manifest = json.loads((paths.run_dir / "dbt" / "target" / "manifest.json").read_text())
+    return sum(node["resource_type"] == "test" for node in manifest["nodes"].values())
+
+
 def rows(frame: pl.DataFrame, *columns: str) -> list[tuple]:
     return sorted(frame.select(columns).iter_rows())
 
@@ -236,10 +242,8 @@ def test_summary_counts_rows_and_tests(built_run):
     }
     assert summary["warehouse"] == str(paths.warehouse) and paths.warehouse.is_file()
     assert summary["exports_dir"] == str(paths.exports_dir)
-    # every data test of the project ran and passed, and no unit test (they run in CI: below)
-    manifest = json.loads((paths.run_dir / "dbt" / "target" / "manifest.json").read_text())
-    data_tests = [n for n in manifest["nodes"].values() if n["resource_type"] == "test"]
-    assert summary["tests_passed"] == len(data_tests) > 80 and summary["tests_warned"] == 0
+    # every data test of the project ran and passed (the unit tests run in CI: below)
+    assert summary["tests_passed"] == data_test_count(paths) > 80 and summary["tests_warned"] == 0
     assert summary["models_built"] == 18
     # dbt's own files stay under the run; the DuckDB file is closed once build_models returns
     assert (paths.run_dir / "dbt" / "target" / "run_results.json").is_file()
@@ -388,9 +392,7 @@ def test_the_build_passes_within_a_small_memory_limit_and_counts_in_degrees(tmp_
     paths = RunPaths.create(home, "2026-11-01", "spill")
     pipeline.freeze_snapshot(paths, settings)
     summary = pipeline.build_models(paths)
-    manifest = json.loads((paths.run_dir / "dbt" / "target" / "manifest.json").read_text())
-    data_tests = [n for n in manifest["nodes"].values() if n["resource_type"] == "test"]
-    assert summary["tests_passed"] == len(data_tests) > 80 and summary["tests_warned"] == 0
+    assert summary["tests_passed"] == data_test_count(paths) > 80 and summary["tests_warned"] == 0
     edges = pl.read_parquet(paths.snapshot_dir / "follow_edges" / "*" / "*.parquet")
     users = pl.read_parquet(paths.snapshot_dir / "users.parquet", columns=["user_id"])
     active = edges.filter(
