@@ -1,11 +1,11 @@
 """Modules imported on first use: a stand-in in ``sys.modules`` until an attribute is read.
 
 A library may import, at its own import, a heavy module that only code we never call uses
-(Great Expectations and ``scipy.stats``: ``recs.nightly.checkpoints.GX_DEFERRED_MODULES``
-says why and what it saves). ``defer(name)`` puts a
-``Deferred`` stand-in under ``name``: an ``import`` of it binds the stand-in at once, and the
-first attribute read imports the real module through the import system (its module locks,
-its clean-up of a failed import) and answers from it. Any later read is forwarded.
+(Great Expectations, and ``scipy.stats`` or ``altair``; why, and what it saves:
+``recs.nightly.checkpoints.GX_DEFERRED_MODULES``). ``defer(name)`` puts a ``Deferred``
+stand-in under ``name``: an ``import`` of it binds the stand-in at once, and the first
+attribute read imports the real module through the import system (its module locks, its
+clean-up of a failed import) and answers from it. Any later read is forwarded.
 
 Not ``importlib.util.LazyLoader``, the documented recipe: on Python < 3.11.9 its first access
 is not locked (two threads: one gets a half-run module, CPython gh-114763), and a failure or

@@ -46,25 +46,50 @@ def test_a_failed_import_gives_the_collector_back(collector_state, monkeypatch):
     assert gc.isenabled()
 
 
-def test_scipy_stats_is_loaded_on_first_use():
-    """In a fresh process, ``quiet_gx`` leaves ``scipy.stats`` unloaded (a stand-in) and
-    GX's own reference to it works on first use: KL divergence of (1/2, 1/2) from (1/4, 3/4)
-    is 1/2 ln 2 + 1/2 ln(2/3) = 1/2 ln(4/3)."""
+def _after_quiet_gx(lines: str) -> list[str]:
+    """What ``lines`` print (split into words), run in a fresh process after ``quiet_gx()``,
+    ``before`` (the type names of ``scipy.stats`` and ``altair`` then), ``altair_submodules``
+    (the names of those loaded by then) and the import of GX's KL divergence expectation module
+    as ``kl`` (a module that imports both deferred modules)."""
     code = (
         "import sys\n"
         "from recs.nightly.checkpoints import quiet_gx\n"
         "quiet_gx()\n"
-        "before = type(sys.modules['scipy.stats']).__name__\n"
+        "before = {n: type(sys.modules.get(n)).__name__ for n in ('scipy.stats', 'altair')}\n"
+        "altair_submodules = [n for n in sys.modules if n.startswith('altair.')]\n"
         "from great_expectations.expectations.core import "
         "expect_column_kl_divergence_to_be_less_than as kl\n"
-        "value = kl.stats.entropy([0.5, 0.5], [0.25, 0.75])\n"
-        "print(before, type(sys.modules['scipy.stats']).__name__, repr(float(value)))\n"
+        f"{lines}\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=120)  # fmt: skip
-    before, after, value = done.stdout.split()
+    return done.stdout.split()
+
+
+def test_scipy_stats_is_loaded_on_first_use():
+    """In a fresh process, ``quiet_gx`` leaves ``scipy.stats`` unloaded (a stand-in) and
+    GX's own reference to it works on first use: KL divergence of (1/2, 1/2) from (1/4, 3/4)
+    is 1/2 ln 2 + 1/2 ln(2/3) = 1/2 ln(4/3)."""
+    before, after, value = _after_quiet_gx(
+        "value = kl.stats.entropy([0.5, 0.5], [0.25, 0.75])\n"
+        "print(before['scipy.stats'], type(sys.modules['scipy.stats']).__name__, "
+        "repr(float(value)))"
+    )
     assert (before, after) == ("Deferred", "module")
     assert float(value) == pytest.approx(0.5 * math.log(4 / 3), rel=1e-12)
+
+
+def test_altair_is_loaded_on_first_use():
+    """In a fresh process, ``quiet_gx`` leaves ``altair`` unloaded (a stand-in, and none of its
+    submodules); GX's own reference to it (the KL divergence's ``alt``) loads it on first use,
+    and a submodule import then works: a chart made through GX's reference has the one mark
+    it was given."""
+    assert _after_quiet_gx(
+        "chart = kl.alt.Chart().mark_bar()\n"
+        "import altair.vegalite\n"
+        "print(before['altair'], len(altair_submodules), type(sys.modules['altair']).__name__, "
+        "chart.mark)"
+    ) == ["Deferred", "0", "module", "bar"]
 
 
 def test_saved_results_are_the_stores_text_and_render_in_the_data_docs(tmp_path, caplog):
