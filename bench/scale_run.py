@@ -1,7 +1,8 @@
 """``make bench-scale``: the whole nightly pipeline on a 1 M-user graph (and 5 M), stage by stage.
 
 Generates a synthetic power-law graph into its own ``RECS_HOME`` (default ``/tmp/recs-scale``;
-never ``./data``) with ``recs generate-graph`` (1 M users x 50 follows = 50 M edges; the
+never ``./data``; the caller's live, snapshot and run store settings are not passed on:
+``NOT_INHERITED``) with ``recs generate-graph`` (1 M users x 50 follows = 50 M edges; the
 popularity tail gives hubs with in-degree over 200 k), then runs the nightly stages in order,
 **each in its own process** so each stage's peak memory is its own: ``freeze_snapshot``,
 ``build_models`` (dbt), ``build_graph``, ``traverse_shard`` x ``shard_count`` (16; one process
@@ -48,6 +49,13 @@ SNAPSHOT_DATE = "2026-11-01"  # the reference date of generated fields (recs.dem
 RUN_ID = "scale"
 RSS_LIMIT_MB = 2048
 RATE_TARGET = 30e6
+#: Settings that would point the benchmark's stages at data other than its own ``--home``:
+#: the live store (which ``generate-graph --replace`` drops and reloads), the snapshot store,
+#: the run store and its cache. Left out of the stages' environment (``own_environment``).
+NOT_INHERITED = (
+    "RECS_STORE_URL", "RECS_SNAPSHOT_STORE_URL", "RECS_RUN_STORE_URL", "RECS_RUN_STORE_OPTIONS",
+    "RECS_RUN_CACHE_DIR",
+)
 PINNED = (
     "POLARS_MAX_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS", "RAYON_NUM_THREADS",
@@ -71,6 +79,17 @@ def peak_rss_mb() -> float:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     return max(peak, children)
+
+
+def own_environment(
+    environ: dict[str, str], home: Path, shards: int
+) -> tuple[dict[str, str], list[str]]:
+    """The stages' environment: ``environ`` without ``NOT_INHERITED`` (any case, as the
+    settings read them), with ``RECS_HOME`` = ``home`` and ``RECS_SHARD_COUNT`` = ``shards``,
+    so every stage reads and writes under ``home`` only; and the names left out."""
+    dropped = sorted(name for name in environ if name.upper() in NOT_INHERITED)
+    env = {name: value for name, value in environ.items() if name not in dropped}
+    return {**env, "RECS_HOME": str(home), "RECS_SHARD_COUNT": str(shards)}, dropped
 
 
 def stage_child(name: str, home: str, run_id: str, shard: str | None) -> None:
@@ -152,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     home.mkdir(parents=True, exist_ok=True)
     log = home / "scale-run.log"
     log.write_text("")
-    env = {**os.environ, "RECS_HOME": str(home), "RECS_SHARD_COUNT": str(args.shards)}
+    env, dropped = own_environment(dict(os.environ), home, args.shards)
+    if dropped:
+        say(f"ignoring {', '.join(dropped)}: the benchmark uses only its own store under {home}")
     pinned = {**env, **{variable: "1" for variable in PINNED}}
     me = [sys.executable, str(Path(__file__).resolve())]
     recs_cli = [sys.executable, "-m", "recs.cli"]
