@@ -444,6 +444,37 @@ class Settings(BaseSettings):
         description="Resamples of the paired bootstrap confidence intervals.",
     )
 
+    @field_validator("store_url", "snapshot_store_url")
+    @classmethod
+    def _a_database_url(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can open with an installed driver, checked when the settings are
+        read (a command's one line, not a driver's traceback at its first query). The URL is
+        never echoed: it may hold a password."""
+        if value is None or not value.strip():
+            return value
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        from recs.store.connections import normalize_url
+
+        try:
+            url = make_url(normalize_url(value))
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL (e.g. sqlite:////abs/path/live.db or "
+                "postgresql://user@host/db)"
+            ) from None
+        try:
+            url.get_dialect().import_dbapi()
+        except NoSuchModuleError:
+            raise ValueError(f"no SQLAlchemy dialect {url.drivername!r}") from None
+        except ImportError as error:
+            missing = f"no module {error.name!r}" if error.name else " ".join(str(error).split())
+            raise ValueError(
+                f"the driver of {url.drivername!r} is not installed ({missing[:200]})"
+            ) from None
+        return value
+
     @field_validator("run_store_url")
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:

@@ -141,6 +141,9 @@ def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(s3, tmp_path):
     missing = RunStore("s3://no-such-bucket/runs", {"endpoint_url": s3})
     with pytest.raises(RunStoreError, match=r"no-such-bucket.*cannot list snapshot: not found"):
         missing.push(paths, SNAPSHOT)
+    with pytest.raises(RunStoreError, match="no-such-bucket does not exist: create the bucket"):
+        missing.check()  # what every task does first (``artifacts.run_store``)
+    RunStore(f"s3://{BUCKET}/a-prefix-not-written-yet", {"endpoint_url": s3}).check()
     closed = RunStore(
         f"s3://{BUCKET}/runs",
         {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}},

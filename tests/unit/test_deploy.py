@@ -45,6 +45,8 @@ SHARED = (  # what every Airflow container must agree on besides the secrets
     "RECS_HOME",
     "RECS_STORE_URL",
     "RECS_SNAPSHOT_STORE_URL",
+    "RECS_RUN_STORE_URL",
+    "RECS_RUN_STORE_OPTIONS",
 )
 
 
@@ -141,6 +143,19 @@ def test_the_batch_snapshots_the_standby_and_everything_else_uses_the_primary():
     assert api["RECS_STORE_URL"] == worker["RECS_STORE_URL"] == cli["RECS_STORE_URL"]
     assert "RECS_SNAPSHOT_STORE_URL" not in api
     assert "RECS_SNAPSHOT_STORE_URL" not in cli
+
+
+def test_the_cli_and_the_workers_share_the_run_store_and_empty_means_none():
+    """(From a review.) ``recs rollback`` and ``publish`` from ``recs-cli`` record ``CURRENT``
+    in the run store as the workers' publish does (and ``gc`` reads it), so both read the same
+    setting, from the environment; left empty, as ``make compose-env`` leaves it, there is
+    no run store (one machine, or one shared file system)."""
+    environments = _environments()
+    for key in ("RECS_RUN_STORE_URL", "RECS_RUN_STORE_OPTIONS"):
+        worker, cli = environments["airflow-worker"][key], environments["recs-cli"][key]
+        assert worker == cli == f"${{{key}:-}}", key
+    empty = Settings(_env_file=None, run_store_url="", run_store_options="")
+    assert (empty.run_store_url, empty.run_store_options) == (None, {})
 
 
 def test_every_container_of_our_code_runs_the_image_and_installs_nothing_at_start():

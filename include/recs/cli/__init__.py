@@ -21,17 +21,21 @@ from recs.cli import data, evaluate, imports, ingest, nightly, read, report  # n
 from recs.cli.app import app
 from recs.errors import RecsError
 
+ABORTED = 130
+"""The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning every user-causable error into one line on stderr."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode Typer returns an exit code instead of raising it, and Ctrl-C
+        # (KeyboardInterrupt) becomes a returned 130: kept, never dropped for a 0
+        code = app(args=argv, standalone_mode=False)
     except typer.Exit as done:
-        return done.exit_code
-    except typer.Abort:
-        sys.stderr.write("recs: aborted\n")
-        return 130
+        code = done.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = ABORTED
     except typer.TyperException as error:
         if type(error).__name__ == "NoArgsIsHelpError":  # bare `recs` or `recs shard`
             sys.stderr.write(error.format_message().rstrip() + "\n")
@@ -45,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        sys.stderr.write(f"recs: error: invalid setting {where}: {first.get('msg')}\n")
+        reason = str(first.get("msg")).removeprefix("Value error, ")  # pydantic's, for ours
+        sys.stderr.write(f"recs: error: invalid setting {where}: {reason}\n")
         return 2
-    return 0
-
+    if code == ABORTED:
+        sys.stderr.write("recs: aborted\n")
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0

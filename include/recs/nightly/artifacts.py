@@ -137,6 +137,11 @@ class RunStore:
             options.setdefault("auto_mkdir", True)  # a shared volume: make parent folders
         if protocol == "file":
             url = f"file://{_file_url_path(url)}"
+        if protocol in (None, "local") and not Path(url.removeprefix("local://")).is_absolute():
+            raise RunStoreError(
+                f"unusable run store {url!r} (RECS_RUN_STORE_URL): a folder must be an absolute "
+                "path (a relative one would be another folder in each task's working directory)"
+            )
         try:
             self.fs, root = url_to_fs(url, **options)
         except (ValueError, ImportError, TypeError) as error:
@@ -144,10 +149,32 @@ class RunStore:
                 f"unusable run store {url!r} (RECS_RUN_STORE_URL): {_first_line(error)}"
             ) from None
         self.root = root.rstrip("/")
+        if not self.root.strip("/"):
+            raise RunStoreError(
+                f"unusable run store {url!r} (RECS_RUN_STORE_URL): it names no bucket or folder"
+            )
+        self.local = protocol in (None, "file", "local")
+        self.in_process = protocol == "memory"  # fsspec's memory filesystem (tests)
 
     def check(self) -> None:
-        """One round trip, so an unreachable store fails the task at once with one line."""
-        self._io("reach it", self.fs.exists, self.root)
+        """One round trip, so an unreachable store fails the task at once with one line; and
+        where the store is made must exist: its bucket, or for a folder its parent folder, so
+        a bucket that does not exist, or a path whose parent is mistyped or not mounted, is an
+        error rather than an empty store (or a folder made on this machine's own disk). A
+        mistyped last folder, or a mount point left empty, cannot be told from a new store."""
+        if self._io("reach it", self.fs.exists, self.root) or self.in_process:
+            return
+        if self.local:
+            where = self.root.rsplit("/", 1)[0] or "/"  # the folder the store is made in
+        else:  # the bucket
+            where = ("/" if self.root.startswith("/") else "") + self.root.lstrip("/").split("/")[0]
+        if where != self.root and self._io("reach it", self.fs.exists, where):
+            return
+        raise RunStoreError(
+            f"run store {self.url}: {where} does not exist: create the "
+            f"{'folder (or mount the shared volume)' if self.local else 'bucket'}, or correct "
+            "RECS_RUN_STORE_URL"
+        )
 
     def _io(self, what: str, func, *args, missing_ok: bool = False):
         """``func(*args)``, its errors as one ``RunStoreError`` line (``FileNotFoundError``
@@ -268,11 +295,22 @@ class RunStore:
 
     def _remote_files(self, paths: RunPaths, part: Part) -> list[str]:
         prefix = self.run_root(paths) + "/"
-        found = []
+        return [prefix + relative for relative in self._remote_sizes(paths, part)]
+
+    def _remote_sizes(self, paths: RunPaths, part: Part) -> dict[str, int | None]:
+        """The part's files in the store: their sizes (bytes, None if the store gives none) by
+        path relative to the run folder, sorted; from the listing, nothing is read."""
+        prefix = self.run_root(paths) + "/"
+        found: dict[str, int | None] = {}
         for root in part.roots:
-            listed = self._io(f"list {part.name}", self.fs.find, self.remote(paths, root))
-            found += [p for p in listed if p.startswith(prefix)]
-        return sorted(p for p in found if part.covers(p[len(prefix) :]))
+            listed = self._io(
+                f"list {part.name}", lambda where: self.fs.find(where, detail=True),
+                self.remote(paths, root),
+            )  # fmt: skip
+            for path, info in listed.items():
+                if path.startswith(prefix) and part.covers(path[len(prefix) :]):
+                    found[path[len(prefix) :]] = info.get("size")
+        return dict(sorted(found.items()))
 
     # --- push and pull ----------------------------------------------------------------------
 
@@ -280,18 +318,19 @@ class RunStore:
         self, paths: RunPaths, part: Part, previous: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Upload the part's local files (those unchanged since the last marker are kept:
-        ``previous``, that marker's ``files``, or the marker in the store now), remove the
-        store's files of the part that are not local, then write the marker.
+        ``previous``, that marker's ``files``, or the marker in the store now, if the store's
+        copy has the local size: a truncated one is uploaded again), remove the store's files
+        of the part that are not local, then write the marker.
         Returns ``{"part", "files", "uploaded", "bytes", "checksum"}``."""
         local = local_files(paths.run_dir, part)
         entries = {relative: file_entry(path) for relative, path in local.items()}
         if previous is None:
             previous = (self.marker(paths, part) or {}).get("files", {})
         self.forget(paths, part)  # from here until the marker is back, the part is not trusted
-        prefix = len(self.run_root(paths)) + 1
-        held = {p[prefix:] for p in self._remote_files(paths, part)}  # a file gone meanwhile
+        held = self._remote_sizes(paths, part)  # a file gone or cut short meanwhile
         upload = [r for r, entry in entries.items()
-                  if r not in held or not _same_content(previous.get(r), entry)]  # fmt: skip
+                  if held.get(r, -1) != entry["size"]
+                  or not _same_content(previous.get(r), entry)]  # fmt: skip
         if upload:
             self._io(
                 f"upload {part.name}",
@@ -299,7 +338,7 @@ class RunStore:
                 [str(local[r]) for r in upload],
                 [self.remote(paths, r) for r in upload],
             )
-        stale = [f"{self.run_root(paths)}/{r}" for r in sorted(held - set(entries))]
+        stale = [f"{self.run_root(paths)}/{r}" for r in sorted(set(held) - set(entries))]
         if stale:
             self._io(f"remove stale files of {part.name}", self.fs.rm, stale)
         document = {
@@ -364,7 +403,7 @@ class RunStore:
         if missing:
             staging = paths.run_dir / staging_name("pull", ".partial")
             try:
-                self.fetch(paths, missing, staging)
+                self.fetch(paths, missing, staging, part)
                 for relative in missing:
                     target = paths.run_dir / relative
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -381,10 +420,19 @@ class RunStore:
             "downloaded": len(missing),
         }
 
-    def fetch(self, paths: RunPaths, entries: dict[str, dict], folder: Path) -> None:
-        """Download the files ``entries`` names (marker entries by relative path) to
-        ``folder/<relative path>``, each checked against its size and sha256 and given its
-        recorded mtime. Raises ``ArtifactNotFoundError`` for a file missing or changed."""
+    def fetch(
+        self,
+        paths: RunPaths,
+        entries: dict[str, dict],
+        folder: Path,
+        part: Part,
+        rewrite: str | None = None,
+    ) -> None:
+        """Download the files ``entries`` names (marker entries of ``part``, by relative path)
+        to ``folder/<relative path>``, each checked against its size and sha256 and given its
+        recorded mtime. Raises ``ArtifactNotFoundError`` for a file missing or changed; its
+        message says how to mend a stored copy that stays damaged: remove the marker, then
+        ``rewrite`` (what pushes the part again; default: rerun the stage that writes it)."""
         names = sorted(entries)
         targets = [folder / relative for relative in names]
         for target in targets:
@@ -410,7 +458,11 @@ class RunStore:
             }:
                 raise ArtifactNotFoundError(
                     f"run store {self.url}: {self.remote(paths, relative)} is not the file its "
-                    "marker names (rewritten while it was read?): retry"
+                    "marker names (rewritten while it was read?): retry; if a retry fails the "
+                    "same way, the stored copy is damaged: remove the marker "
+                    f"{self._marker_path(paths, part)}, then "
+                    f"{rewrite or f'rerun the stage that writes {part.name}'}, which uploads "
+                    "every file again"
                 )
             os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
 
@@ -475,6 +527,25 @@ def store_for(settings) -> RunStore | None:
     if not settings.run_store_url:
         return None
     return _open(settings.run_store_url, json.dumps(settings.run_store_options, sort_keys=True))
+
+
+def unseen_current(
+    published_dir: Path, here: str | None, store: RunStore | None = None
+) -> str | None:
+    """Why this machine must not act on ``published_dir`` (``here``: the version its
+    ``CURRENT`` names, None if none), or None if it may: the run store (``store``, default the
+    process's) records that ``CURRENT`` names another version, so this is not the
+    ``published/`` the API serves, or a stale copy of it. None without a run store, when it
+    records nothing yet (a deployment that has just set one) or when it records ``here``.
+    Callers act on it their own way: the gate compares with ``CURRENT`` (``baseline``),
+    publishing and rollbacks move it (``publish``), ``recs gc`` keeps the runs behind it
+    (``retention``)."""
+    store = store if store is not None else run_store()
+    recorded = store.current() if store is not None else None
+    if recorded is None or recorded == here:
+        return None
+    seen = f"names {here}" if here else "has no CURRENT"
+    return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
 
 
 def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:

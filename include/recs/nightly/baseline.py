@@ -59,19 +59,16 @@ def replaced_version(
 
 
 def _refuse_unseen_current(published_dir: Path, name: str | None) -> None:
-    """Raise ``ValidationEngineError`` when a run store records that ``CURRENT`` names a version
-    other than ``name``, the one ``published_dir`` here names (None: none): this machine does
-    not see the ``published/`` the API serves (or sees a stale copy of it), and comparing with
-    nothing, or with another version, would decide the change checks wrongly."""
-    from recs.nightly.artifacts import run_store
+    """Raise ``ValidationEngineError`` when this machine does not see the served ``published/``
+    (``artifacts.unseen_current``): comparing with nothing, or with another version, would
+    decide the change checks wrongly."""
+    from recs.nightly.artifacts import unseen_current
 
-    store = run_store()
-    recorded = store.current() if store is not None else None
-    if recorded is not None and recorded != name:
-        here = f"names {name}" if name else "has no CURRENT"
+    unseen = unseen_current(published_dir, name)
+    if unseen is not None:
         raise ValidationEngineError(
-            f"run validate_run where published/ is: the run store records CURRENT = {recorded} "
-            f"(the change checks compare with it), {published_dir} here {here}"
+            f"run validate_run where published/ is (the change checks compare with its "
+            f"CURRENT): {unseen}"
         )
 
 

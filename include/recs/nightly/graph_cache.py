@@ -12,7 +12,10 @@ run and the graph's content, the ``checksum`` of its marker in the store: a rebu
 other bytes is downloaded again, an identical one is not. The first shard task on a machine
 downloads it under the run's ``flock`` (blocking: the machine's other shard tasks of the run wait
 for it, then reuse it), into a staging folder, each file checked against the marker's size and
-sha256, then renamed into place, so a half-downloaded copy never looks complete.
+sha256, then renamed into place, so a half-downloaded copy never looks complete. Each task first
+checks the copy against what its download left (``STAMP``: each file's size and mtime, a
+``stat`` each): a copy damaged here since is downloaded again and its files replaced one by
+one (``os.replace``), so a task that holds the copy never finds a file missing.
 
 A machine keeps one run's graph (at the design's scale one is about 100 GB): once a new copy is
 in place, the run's older graphs and every other run's copy are removed, except a copy a task is
@@ -28,6 +31,7 @@ until the last mapping goes. Each lock is checked, once held, to still be the fi
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -39,7 +43,7 @@ from pathlib import Path
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError
 from recs.files import staging_name
-from recs.nightly.artifacts import GRAPH, RunStore
+from recs.nightly.artifacts import GRAPH, RunStore, same_file
 from recs.nightly.runs import RunPaths
 
 log = logging.getLogger("recs.nightly.graph_cache")
@@ -82,12 +86,22 @@ def local_graph(
     final = run_cache / checksum[:KEY_LENGTH]
     with _held(_in_use(final), fcntl.LOCK_SH):  # in use from here: never removed under us
         with _held(run_cache / LOCK, fcntl.LOCK_EX):  # waits for a download in progress here
-            downloaded = not final.is_dir()
+            downloaded = not _intact(final, marker["files"])
             if downloaded:
                 staging = run_cache / staging_name(final.name, ".partial")
                 try:
-                    store.fetch(paths, marker["files"], staging)
-                    os.rename(staging, final)
+                    store.fetch(paths, marker["files"], staging, GRAPH)
+                    _stamp(staging, marker["files"])
+                    if final.exists():  # damaged here: mended file by file, never missing
+                        log.warning(
+                            "graph copy %s is not the one downloaded (a file missing, resized "
+                            "or rewritten here): downloading it again", final,
+                        )  # fmt: skip
+                        for name in [*marker["files"], STAMP]:
+                            (final / name).parent.mkdir(parents=True, exist_ok=True)
+                            os.replace(staging / name, final / name)
+                    else:
+                        os.rename(staging, final)
                 finally:
                     shutil.rmtree(staging, ignore_errors=True)
                 for other in sorted(run_cache.iterdir()):  # older graphs, killed downloads
@@ -101,6 +115,33 @@ def local_graph(
 
 LOCK = ".lock"
 """A run's download lock in its cache folder."""
+
+
+STAMP = ".copied.json"
+"""In a copy: each file's size and mtime as the download left them (``_stamp``)."""
+
+
+def _stamp(copy: Path, files: dict[str, dict]) -> None:
+    """Write ``copy``'s ``STAMP``: the size and mtime of each of the marker's ``files`` there."""
+    stamp = {}
+    for name in files:
+        found = (copy / name).stat()
+        stamp[name] = {"size": found.st_size, "mtime_ns": found.st_mtime_ns}
+    (copy / STAMP).write_text(json.dumps(stamp, sort_keys=True))
+
+
+def _intact(copy: Path, files: dict[str, dict]) -> bool:
+    """Whether ``copy`` holds every file of the marker ``files`` as its download left them:
+    the same size and mtime as its ``STAMP`` records (a ``stat`` each, nothing read), so a
+    file removed or rewritten here since is found, and a graph rebuilt with the same bytes
+    (same checksum, other mtimes in its marker) is not downloaded again."""
+    try:
+        stamp = json.loads((copy / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return set(stamp) == set(files) and all(
+        isinstance(entry, dict) and same_file(copy / name, entry) for name, entry in stamp.items()
+    )
 
 
 def _in_use(copy: Path) -> Path:

@@ -44,12 +44,13 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
+    RunStoreError,
     ValidationEngineError,
     ValidationFailedError,
 )
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
-from recs.nightly.artifacts import run_store
+from recs.nightly.artifacts import run_store, unseen_current
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -116,7 +117,9 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     the data failed, or a shard file changed since validation; ``ValidationEngineError`` /
     ``NothingToValidateError`` if that was the gate's outcome; ``CarryOverError`` if shards
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
-    if an export to publish is missing.
+    if an export to publish is missing; ``RunStoreError`` if a run store records that
+    ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
+    served one: ``artifacts.unseen_current``).
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
@@ -125,6 +128,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
+        _refuse_unseen(published_dir, previous, "publish_run")
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
         try:
             manifest = _stage_version(paths, settings, summary, staging, previous)
@@ -137,11 +141,12 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         else:
             log.warning(
                 "published %s but left CURRENT on %s: its snapshot %s is newer than %s "
-                "(use set_current to serve this version)",
+                "(`recs rollback --to %s` serves this version)",
                 run_id,
                 previous,
                 newer,
                 paths.snapshot_date.isoformat(),
+                run_id,
             )
         history.record(published_dir, "publish", run_id, previous, current=newer is None)
 
@@ -168,7 +173,8 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     ``home_or_settings`` is a ``Settings`` or a ``RECS_HOME`` folder (versions live in its
     ``published/``). Returns ``{"run_id", "previous"}``. Raises ``RunNotFoundError`` if the
     version does not exist, is incomplete (a listed file missing or of the wrong size) or did
-    not pass validation; ``InvalidRunIdError`` for a malformed run id.
+    not pass validation; ``InvalidRunIdError`` for a malformed run id; ``RunStoreError`` where
+    ``published/`` is not the served one (as ``publish_run``).
     """
     published_dir = _published_dir(home_or_settings)
     run_id = check_run_id(run_id)
@@ -176,6 +182,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir)
+        _refuse_unseen(published_dir, previous, "set_current")
         _write_current(published_dir, run_id)
         history.record(published_dir, "set_current", run_id, previous, current=True)
     return {"run_id": run_id, "previous": previous}
@@ -189,7 +196,10 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
     Returns ``{"run_id", "previous", "changed"}`` (``changed`` False when ``to`` is already
     current). Raises ``RunNotFoundError`` (one line) if nothing is published, there is no
     version before ``CURRENT``, or the target is unknown, incomplete or not validated;
-    ``InvalidRunIdError`` for a malformed ``to``. ``CURRENT`` is unchanged on any error.
+    ``InvalidRunIdError`` for a malformed ``to``; ``RunStoreError`` where ``published/`` is not
+    the served one (as ``publish_run``), unless ``to`` is ``CURRENT`` itself: that only records
+    it in the run store, the way to set a record that is missing or wrong. ``CURRENT`` is
+    unchanged on any error.
     """
     published_dir = _published_dir(home_or_settings)
     if to is not None:
@@ -207,10 +217,11 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         except RunNotFoundError as error:
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
+            _refuse_unseen(published_dir, current, "recs rollback")
             _write_current(published_dir, target)
             history.record(published_dir, "rollback", target, current, current=True)
-        else:  # recorded again: how a deployment that just set a run store records CURRENT
-            _record_in_run_store(target)
+        else:  # recorded again: how a deployment that just set a run store records CURRENT,
+            _record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
     return {"run_id": target, "previous": current, "changed": target != current}
 
 
@@ -373,7 +384,8 @@ def _carry_over_source(
     paths: RunPaths, settings: Settings, failed: list[int], previous: str | None
 ) -> dict[str, Any] | None:
     """The manifest of the version to carry ``failed`` shards from (None when none failed);
-    ``CarryOverError`` if ``CURRENT`` names none, or one that is not complete."""
+    ``CarryOverError`` if ``CURRENT`` names none, one that is not complete, or one of a later
+    snapshot date than the run's (a backfill must not hold lists computed from a later graph)."""
     if not failed:
         return None
     shards = ", ".join(f"{shard_id:03d}" for shard_id in failed)
@@ -385,12 +397,23 @@ def _carry_over_source(
             "then `recs validate` and `recs publish`"
         )
     try:
-        return check_version(settings.published_dir, previous)
+        manifest = check_version(settings.published_dir, previous)
     except RunNotFoundError as error:
         raise CarryOverError(
             f"cannot publish run {paths.run_id}: shard(s) {shards} failed and the version "
             f"CURRENT names cannot be carried from: {error}"
         ) from None
+    later = manifest.get("snapshot_date")  # None: a version that does not say (not later)
+    if later is not None and str(later) > paths.snapshot_date.isoformat():
+        raise CarryOverError(
+            f"cannot publish run {paths.run_id} of {paths.snapshot_date}: shard(s) {shards} "
+            f"failed and the version CURRENT names, {previous}, is of a later date "
+            f"({later}): a backfill does not take lists computed from a "
+            f"later graph; rerun them (`recs shard run --snapshot-date "
+            f"{paths.snapshot_date.isoformat()} --run-id {paths.run_id} --shard N`), then "
+            "`recs validate` and `recs publish`"
+        )
+    return manifest
 
 
 def _move_into_place(staging: Path, target: Path) -> str:
@@ -455,6 +478,15 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     _record_in_run_store(run_id)
     with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
+
+
+def _refuse_unseen(published_dir: Path, current: str | None, command: str) -> None:
+    """Raise ``RunStoreError`` when this machine does not see the served ``published/``
+    (``artifacts.unseen_current``): moving ``CURRENT`` here would leave the served one as it was
+    and record this switch in the run store, so the two disagree and the next gate errors."""
+    unseen = unseen_current(published_dir, current)
+    if unseen is not None:
+        raise RunStoreError(f"run {command} where published/ is: {unseen}")
 
 
 def _record_in_run_store(run_id: str) -> None:

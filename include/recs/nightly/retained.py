@@ -526,7 +526,11 @@ def from_run_store(home: Path, day: dt.date) -> bool:
             return False
         staging = target.with_name(staging_name(target.name, ".partial"))
         try:
-            store.fetch(where, document["files"], staging)
+            store.fetch(
+                where, document["files"], staging, _retained_part(),
+                rewrite=f"rerun freeze_snapshot of {day} on a machine whose snapshots/{day}/ is "
+                "whole",
+            )  # fmt: skip
             _swap_in(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -130,17 +130,17 @@ def _prune_run_store(
     ``["runs/<date>/<run_id>"]``. Nothing goes when the store records a ``CURRENT`` that this
     machine's ``published/`` does not name (it cannot tell which runs back the served version
     and its rollback target). Raises ``RunStoreError``."""
-    from recs.nightly.artifacts import store_for
+    from recs.nightly.artifacts import store_for, unseen_current
 
     store = store_for(settings)
     if store is None:
         return []
-    recorded = store.current()
-    if recorded is not None and recorded != current:
+    unseen = unseen_current(settings.published_dir, current, store)
+    if unseen is not None:
         log.warning(
-            "run store %s: not pruning its runs: it records CURRENT = %s, this machine's "
-            "published/ names %s (run recs gc where published/ is)", store.url, recorded, current,
-        )
+            "run store %s: not pruning its runs: %s (run recs gc where published/ is)",
+            store.url, unseen,
+        )  # fmt: skip
         return []
     removed = []
     for date, run_id in store.runs():

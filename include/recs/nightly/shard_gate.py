@@ -14,7 +14,8 @@ grows with the shard, never with the graph. One row per ...:
     tonight.
 ``shards``  the shard: readable Parquet of the contract schema (its columns in order, their
     exact dtypes) sorted by (user_id, rank), a readable manifest whose shard id and counts equal
-    the file's.
+    the file's, and lists for at least ``gate_min_list_share`` of its eligible users
+    (``shard_list_share``).
 
 It never raises for what it finds: the verdict is the run's (``validation.validate_run`` merges
 every shard's results with the run-wide checks, and validates itself any shard whose saved
@@ -200,11 +201,13 @@ def is_complete(result: dict[str, Any]) -> bool:
 
 def inputs_fingerprint(paths: RunPaths, settings: Settings, shard_id: int) -> str:
     """A digest of what a shard's checks read besides its output: the run's settings and, for
-    each input file (the shard's snapshot follow-edge and ``follow_exclusions`` partitions,
-    every ``eligible_users`` file, ``candidate_profiles.parquet``), its path, size and
-    modification time (every writer replaces its files whole, so a changed input has a new
-    ``mtime_ns``). Cheap: nothing is read but directory entries."""
+    each input file (the shard's ``manifest.json``, its snapshot follow-edge and
+    ``follow_exclusions`` partitions, every ``eligible_users`` file,
+    ``candidate_profiles.parquet``), its path, size and modification time (every writer
+    replaces its files whole, so a changed input has a new ``mtime_ns``). Cheap: nothing is
+    read but directory entries."""
     files = [
+        Path(paths.shard_manifest(shard_id)),  # its checks judge it too (the shards batch)
         *partition_files(Path(paths.snapshot_dir) / "follow_edges").get(shard_id, []),
         *partition_files(Path(paths.exports_dir) / "follow_exclusions").get(shard_id, []),
         *[f for fs in partition_files(Path(paths.exports_dir) / "eligible_users").values()
@@ -263,7 +266,10 @@ def shard_batches(
         ),
         ["user_id"],
     )
-    shards = GateBatch("shards", outputs.shards, ["shard_id"])
+    shards = GateBatch(
+        "shards", outputs.shards.with_columns(shard_list_share(eligible, shard_id, settings)),
+        ["shard_id"],
+    )  # fmt: skip
 
     # The columns, their order and exact dtypes are one check of the file, not of this pandas
     # copy: shard_schema_matches_contract (GX's per-column type checks here were weaker
@@ -318,6 +324,14 @@ def shard_batches(
     users.expect("user_is_eligible", in_set, column="is_eligible", value_set=[True])
 
     shards.expect("shard_output_readable", in_set, column="readable", value_set=[True])
+    # The run's share is checked too (validation.run_batch), but a shard that lost its lists
+    # hides in it: one of 4 emptied was -24.8 % of the users, inside the change checks' bound.
+    shards.expect(
+        "shard_list_share_at_least_min",
+        between,
+        column="list_share",
+        min_value=settings.gate_min_list_share,
+    )
     shards.expect(
         "shard_schema_matches_contract", in_set, column="schema_matches", value_set=[True]
     )
@@ -374,6 +388,19 @@ def recommendation_rules(paths: RunPaths, shard_id: int, conformed: pl.DataFrame
         pl.col("row").is_in(excluded_rows.implode()).alias("is_excluded"),
         pl.col("candidate_id").is_in(recommendable.implode()).alias("candidate_is_recommendable"),
     ).collect()
+
+
+def shard_list_share(eligible: pl.DataFrame, shard_id: int, settings: Settings) -> pl.Expr:
+    """``list_share`` Float64 for the ``shards`` frame's row: ``file_users`` over the shard's
+    eligible users (``eligible``'s ``user_id`` in shard ``shard_id``); its floor is
+    ``gate_min_list_share``, as the run's. Null, so not judged, when the file could not be read
+    (its readability check says so) or when the floor asks for less than one list (fewer than
+    ``1 / gate_min_list_share`` eligible users, 20 by default: a shard of a tiny graph may
+    rightly have none; a shard of the plan's size has thousands)."""
+    in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id).height
+    if in_shard * settings.gate_min_list_share < 1:
+        return pl.lit(None, pl.Float64).alias("list_share")
+    return (pl.col("file_users").cast(pl.Float64) / in_shard).alias("list_share")
 
 
 def user_rank_stats(conformed: pl.DataFrame, shard_count: int) -> pl.DataFrame:

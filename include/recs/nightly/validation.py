@@ -10,7 +10,8 @@ last); the others *failed*, are left out of the checks and carried over by the p
 run-wide batch (``run_batch``), one row:
 
 ``run``  at least one row over the computed shards; users with lists >= ``gate_min_list_share``
-    of tonight's eligible users in them (``exports/eligible_users``); the shard plan's eligible
+    of tonight's eligible users in them (``exports/eligible_users``; each shard's own share is
+    a check of its ``shards`` batch); the shard plan's eligible
     count equals dbt's; users with lists and rows within ``-gate_max_drop .. gate_max_growth``
     (relative change) of the version ``CURRENT`` names, over the same shards
     (``recs.nightly.baseline``; nothing to compare with: the checks are recorded as skipped).

@@ -197,3 +197,55 @@ def test_ingest_says_when_it_created_a_new_live_store(recs, tmp_path):
     code, _, err = recs("ingest", str(events), "--json")
     assert code == 0
     assert not any("no live store" in line for line in err)
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path):
+    """(From a review.) SIGINT to a real ``recs generate-graph`` once it reports progress: exit
+    130 (128 + SIGINT) and ``recs: aborted``, no traceback. Typer returns that code outside
+    standalone mode, and ``main`` once dropped it for a 0, so a shell saw success."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "RECS_HOME": str(tmp_path)}
+    env.pop("RECS_STORE_URL", None)
+    command = [sys.executable, "-m", "recs.cli", "generate-graph", "--users", "400000"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        first = process.stderr.readline()  # its first progress line: main() is running
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert "generated" in first, first
+    assert process.returncode == 130
+    assert rest.strip().splitlines()[-1] == "recs: aborted"
+    assert "Traceback" not in rest
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("foo://bar", "no SQLAlchemy dialect 'foo'"),
+        ("notaurl", "not a database URL (e.g. sqlite:////abs/path/live.db or "
+                    "postgresql://user@host/db)"),
+        ("mysql://someone:s3cret@127.0.0.1/x",
+         "the driver of 'mysql' is not installed (no module 'MySQLdb')"),
+    ],
+)  # fmt: skip
+def test_a_store_url_nothing_can_open_is_one_line(recs, monkeypatch, url, reason):
+    """(From a review.) RECS_STORE_URL with an unknown scheme, no scheme, or a driver that is not
+    installed: exit 2 and one line naming the setting and why, before anything runs; never the
+    84-line SQLAlchemy traceback of the first query, never the password."""
+    monkeypatch.setenv("RECS_STORE_URL", url)
+    code, _, err = recs("run", "--snapshot-date", "2026-11-01")
+    assert (code, err) == (2, [f"recs: error: invalid setting store_url: {reason}"])
+    monkeypatch.delenv("RECS_STORE_URL")
+    monkeypatch.setenv("RECS_SNAPSHOT_STORE_URL", url)
+    code, _, err = recs("run", "--snapshot-date", "2026-11-01")
+    assert (code, err) == (2, [f"recs: error: invalid setting snapshot_store_url: {reason}"])

@@ -136,6 +136,37 @@ def test_a_file_rewritten_after_its_marker_fails_the_pull(store, tmp_path):
     assert not (b.run_dir / "snapshot" / "users.parquet").exists()
 
 
+def test_a_rerun_of_the_writer_repairs_a_damaged_stored_copy(store, tmp_path):
+    """(From a review.) A stored file cut short: the pull on b refuses it, and the writer's rerun
+    on a, whose local files are unchanged, uploads that file again (its stored size differs),
+    so b's pull then succeeds. A stored file damaged with its size kept: the pull's message
+    names the marker to remove; once it is removed, the writer's rerun uploads every file."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    write(a, SNAPSHOT_FILES)
+    store.push(a, SNAPSHOT)
+    users = store.remote(a, "snapshot/users.parquet")
+    store.fs.pipe_file(users, (b"users" * 100)[:250])
+    with pytest.raises(ArtifactNotFoundError, match="not the file its marker names"):
+        store.pull(b, SNAPSHOT)
+    assert store.push(a, SNAPSHOT)["uploaded"] == 1
+    store.pull(b, SNAPSHOT)
+    assert tree(b) == tree(a)
+
+    store.fs.pipe_file(users, b"USERS" * 100)
+    c = machine(tmp_path, "c")
+    marker = f"{store.run_root(a)}/.parts/{SNAPSHOT.name}.json"
+    with pytest.raises(ArtifactNotFoundError) as raised:
+        store.pull(c, SNAPSHOT)
+    assert f"remove the marker {marker}, then rerun the stage that writes snapshot" in str(
+        raised.value
+    )
+    assert store.push(a, SNAPSHOT)["uploaded"] == 0  # the size is the same: kept
+    store.fs.rm(marker)
+    assert store.push(a, SNAPSHOT)["uploaded"] == 4
+    store.pull(c, SNAPSHOT)
+    assert tree(c) == tree(a)
+
+
 def test_pull_removes_what_the_store_does_not_hold(store, tmp_path):
     """Machine b has a shard folder from an earlier attempt; the store's shard 1 has no marker
     (failed tonight): an optional pull removes b's copy, so the gate sees the shard failed. A
@@ -232,6 +263,45 @@ def test_the_graph_is_copied_once_per_machine_and_again_when_it_changes(
         assert last.downloaded is False
 
 
+def test_a_damaged_copy_on_the_machine_is_downloaded_again(store, tmp_path, monkeypatch):
+    """(From a review.) The machine's copy of the graph rewritten in place (same size, new
+    mtime), then a file of it removed: each time the next task finds the copy is not as its
+    download left it, downloads it again and maps the store's bytes; a task holding the copy
+    meanwhile finds every file there all along (they are replaced one by one). A rebuild with
+    the same bytes (same checksum, other mtimes in the marker) is not downloaded again."""
+    builder, worker = machine(tmp_path, "builder"), machine(tmp_path, "worker")
+    write(builder, graph_files(b"A"))
+    store.push(builder, GRAPH)
+    cache = tmp_path / "worker" / "cache"
+    seen = []
+    real_fetch = store.fetch
+
+    def watched(*args, **kwargs):  # what a task holding the copy sees while it is mended
+        seen.append(sorted(p.name for p in first.graph_dir.iterdir()))
+        return real_fetch(*args, **kwargs)
+
+    with local_graph(store, worker, cache) as first:  # a task holds the copy throughout
+        assert first.downloaded
+        indices = first.graph_dir / "indices.npy"
+        indices.write_bytes(b"Z" * 1000)
+        monkeypatch.setattr(store, "fetch", watched)
+        again = use(store, worker, cache)
+    assert seen == [["indices.npy", "meta.json"]]
+    assert again.downloaded and again.graph_dir == first.graph_dir
+    assert indices.read_bytes() == b"A" * 1000
+    (first.graph_dir / "meta.json").unlink()
+    third = use(store, worker, cache)
+    assert third.downloaded and (third.graph_dir / "meta.json").read_bytes() == b'{"v": 1}'
+    assert use(store, worker, cache).downloaded is False
+
+    time.sleep(0.01)
+    write(builder, graph_files(b"A"))  # rebuilt: the same bytes, new mtimes
+    assert store.push(builder, GRAPH)["checksum"] == first.checksum
+    assert use(store, worker, cache).downloaded is False
+    run_cache = cache / DATE / RUN_ID
+    assert sorted(p.name for p in run_cache.iterdir() if p.is_dir()) == [first.checksum[:32]]
+
+
 def test_no_graph_in_the_store_is_one_clear_error(store, tmp_path):
     with pytest.raises(ArtifactNotFoundError, match="build_graph has not succeeded"):
         with local_graph(store, machine(tmp_path, "w"), tmp_path / "cache"):
@@ -266,6 +336,23 @@ def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 2 and err.startswith("recs: error: invalid setting run_store_options: "), err
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert not (tmp_path / "home" / "live.db").exists()
+
+
+def test_a_store_folder_must_be_absolute_and_where_it_is_made_must_exist(tmp_path):
+    """(From a review.) A mistyped or unmounted folder was made silently on this machine's disk
+    and a relative one resolved against each task's working directory: both are one-line
+    errors now. A store folder not made yet, in a folder that exists, is fine (its first push
+    makes it), and checking it makes nothing."""
+    with pytest.raises(RunStoreError, match="must be an absolute path"):
+        RunStore("relative/runs")
+    missing = tmp_path / "no-such-mount" / "runs"
+    for url in (str(missing), missing.as_uri()):
+        with pytest.raises(RunStoreError, match="no-such-mount does not exist: create the folder"):
+            RunStore(url).check()
+    assert not (tmp_path / "no-such-mount").exists()
+    RunStore(str(tmp_path / "runs")).check()
+    RunStore((tmp_path / "runs").as_uri()).check()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_no_run_store_means_no_copies(tmp_path, monkeypatch):

@@ -160,6 +160,25 @@ def test_a_failed_shard_without_a_published_version_fails_the_publish(tmp_path):
     assert sorted(p.name for p in settings.published_dir.iterdir()) == [".lock"]
 
 
+def test_a_backfill_carries_nothing_from_a_later_dates_version(tmp_path):
+    """(From a review.) CURRENT is night_2 of 2026-11-02; a backfill of 2026-11-01 whose shard
+    2 failed would have held night_2's rows of user 2 (computed from the later graph) in a
+    version of the earlier date: the publish fails with its own error (exit 6) naming the
+    dates and the rerun, nothing of the backfill is published, CURRENT stays."""
+    home = tmp_path / "home"
+    night_2, settings = night(home, "night_2", DAY_2)
+    publish_run(night_2, settings)
+    backfill, _ = night(home, "backfill", DAY_1, failed=[2])
+    with pytest.raises(CarryOverError) as raised:
+        publish_run(backfill, settings)
+    message = str(raised.value)
+    assert raised.value.exit_code == 6 and "\n" not in message
+    assert "night_2, is of a later date (2026-11-02)" in message
+    assert "recs shard run --snapshot-date 2026-11-01 --run-id backfill --shard N" in message
+    assert [v["run_id"] for v in list_versions(settings.published_dir)] == ["night_2"]
+    assert current_version(settings.published_dir) == "night_2"
+
+
 def test_a_shard_computed_after_validation_needs_a_new_validation(tmp_path):
     """Shard 2 failed at validation, then was rerun: publishing carried rows while fresher
     ones sit unvalidated in the run would be wrong either way, so the publish refuses."""

@@ -354,6 +354,56 @@ def test_a_gate_that_cannot_see_published_errors_instead_of_skipping(tmp_path, m
         artifacts._open.cache_clear()
 
 
+def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
+    tmp_path, monkeypatch
+):
+    """(From a review.) Run store set. Machine a publishes night_1 and validates night_2. The
+    same night_2 on machine b (no published/), with a's verdict, is not published there: a
+    RunStoreError names night_1 and b's folder, b's published/ gets no version and no
+    CURRENT, and the store still records night_1. a publishes night_2; c gets a copy of a's
+    published/, then a rolls back to night_1. c's copy is stale (it names night_2): neither
+    set_current nor a rollback moves its CURRENT, and the store keeps night_1."""
+    import shutil
+
+    from recs.errors import RunStoreError
+    from recs.nightly import artifacts
+    from recs.nightly.publish import set_current
+
+    url = (tmp_path / "store").as_uri()
+    _store_on(monkeypatch, url)
+    try:
+        paths_a1, settings_a1 = night(tmp_path / "a", 1)
+        validate_run(paths_a1, settings_a1)
+        publish_run(paths_a1, settings_a1)
+        paths_a2, settings_a2 = night(tmp_path / "a", 2)
+        validate_run(paths_a2, settings_a2)
+        paths_b2, settings_b2 = night(tmp_path / "b", 2)
+        shutil.copytree(paths_a2.validation_dir, paths_b2.validation_dir, dirs_exist_ok=True)
+        with pytest.raises(RunStoreError, match="records CURRENT = night_1") as raised:
+            publish_run(paths_b2, settings_b2)
+        assert f"{tmp_path / 'b' / 'published'} here has no CURRENT" in str(raised.value)
+        assert sorted(p.name for p in (tmp_path / "b" / "published").iterdir()) == [".lock"]
+        assert artifacts.RunStore(url).current() == "night_1"
+
+        publish_run(paths_a2, settings_a2)
+        shutil.copytree(tmp_path / "a" / "published", tmp_path / "c" / "published")
+        assert rollback(tmp_path / "a", "night_1")["changed"] is True
+        assert artifacts.RunStore(url).current() == "night_1"
+        stale = f"records CURRENT = night_1 while {tmp_path / 'c' / 'published'} here names night_2"
+        with pytest.raises(RunStoreError, match="run set_current where published/ is") as raised:
+            set_current(tmp_path / "c", "night_1")
+        assert stale in str(raised.value)
+        with pytest.raises(RunStoreError, match="run recs rollback where published/ is") as raised:
+            rollback(tmp_path / "c")
+        assert stale in str(raised.value)
+        assert current_version(tmp_path / "c" / "published") == "night_2"
+        assert artifacts.RunStore(url).current() == "night_1"
+        assert current_version(tmp_path / "a" / "published") == "night_1"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
 def _store_on(monkeypatch, url: str) -> None:
     from recs.nightly import artifacts
 

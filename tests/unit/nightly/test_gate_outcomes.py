@@ -143,7 +143,7 @@ def test_the_same_volume_passes_and_names_the_version_compared_with(tmp_path):
     paths, settings = write_good_run(home, run_id="night_2")
     result = validate_run(paths, settings)
     assert result["compared_with"] == "night_1" and result["skipped"] == []
-    assert result["evaluated"] == 34  # CHECK_COUNT (32) and the two change checks
+    assert result["evaluated"] == 35  # CHECK_COUNT (33) and the two change checks
 
 
 def test_growth_beyond_the_bound_fails(tmp_path):

@@ -18,7 +18,7 @@ from recs.errors import ValidationFailedError
 from recs.nightly.shard_gate import validate_shard
 from recs.nightly.validation import validate_run
 
-SHARD_CHECKS = 29  # of the 32: 3 (row count, list share, planned eligible) are the run step's
+SHARD_CHECKS = 30  # of the 33: 3 (row count, list share, planned eligible) are the run step's
 
 
 def gate_every_shard(paths, settings) -> list[dict]:
@@ -27,7 +27,7 @@ def gate_every_shard(paths, settings) -> list[dict]:
 
 def test_each_shard_saves_its_checks_and_figures(tmp_path):
     """Shard 2 holds user 2's 3 rows and eligible users 2 and 3: its result says so, and its
-    29 checks passed; shard 0's too (user 6, 2 rows, eligible 6 and 7)."""
+    30 checks passed; shard 0's too (user 6, 2 rows, eligible 6 and 7)."""
     paths, settings = write_good_run(tmp_path / "home")
     results = gate_every_shard(paths, settings)
     assert [(r["shard_id"], r["status"], r["rows"], r["users"], r["eligible_users"])
@@ -137,6 +137,26 @@ def test_a_result_judged_against_other_inputs_is_not_reused(tmp_path):
     pl.DataFrame([(6, 10, "blocked")], schema=EXPORT_SCHEMAS["follow_exclusions"],
                  orient="row").write_parquet(folder / "data_1.parquet")  # fmt: skip
     with pytest.raises(ValidationFailedError, match="no_excluded_candidate"):
+        validate_run(paths, settings)
+
+
+@pytest.mark.parametrize(
+    ("damage", "check"),
+    [("unreadable", "shard_manifest_readable"), ("rows", "manifest_rows_match_output")],
+)
+def test_a_manifest_changed_after_the_shard_passed_is_judged_again(tmp_path, damage, check):
+    """(From a review.) After shard 2's task passed, its manifest is cut short, or says 5 rows
+    (the file holds 3): the output's bytes are the same, but the saved result judged another
+    manifest, so the run step checks the shard again and fails the manifest's check."""
+    paths, settings = write_good_run(tmp_path / "home")
+    gate_every_shard(paths, settings)
+    manifest = paths.shard_manifest(2)
+    text = manifest.read_text()
+    if damage == "unreadable":
+        manifest.write_text(text[:20])
+    else:
+        manifest.write_text(json.dumps({**json.loads(text), "rows": 5}))
+    with pytest.raises(ValidationFailedError, match=check):
         validate_run(paths, settings)
 
 

@@ -58,7 +58,7 @@ FOLLOWS = [(6, 15, "active"), (6, 20, "active")]
 ELIGIBLE = [1, 2, 3, 4, 5, 6, 7, 8]
 # 2 run (the share, the plan's eligible count; 2 change checks skipped) + 20 recommendations
 # + 7 rules + 5 users + 7 shards
-CHECK_COUNT = 32
+CHECK_COUNT = 33
 
 
 def gate_settings(home: Path, **overrides) -> Settings:
@@ -197,7 +197,7 @@ def good_run(tmp_path):
 
 
 def test_good_run_passes_and_saves_results(good_run, capfd):
-    """All 32 checks pass; results.json lists each with success and unexpected counts;
+    """All 33 checks pass; results.json lists each with success and unexpected counts;
     summary.json carries the counts (9 rows, 5 users) and a sha256 per shard; GX is quiet."""
     paths, settings = good_run
     result = validate_run(paths, settings)
@@ -311,7 +311,8 @@ def test_data_docs_are_built_under_a_relative_home(tmp_path, monkeypatch, caplog
 
 def test_run_with_no_recommendations_fails(tmp_path):
     """Every planned shard computed but empty (typed, 0 rows) while 8 users are eligible: the
-    gate cannot pass on nothing (0 rows < 1; 0 of 8 users with a list < 0.05)."""
+    gate cannot pass on nothing (0 rows < 1; 0 of 8 users with a list < 0.05). Each shard's
+    own share is not judged: 0.05 of its 2 eligible users is less than one list."""
     paths, settings = write_good_run(tmp_path / "home", rows={})
     with pytest.raises(ValidationFailedError) as raised:
         validate_run(paths, settings)
@@ -322,17 +323,40 @@ def test_run_with_no_recommendations_fails(tmp_path):
     assert (summary["rows"], summary["users"], summary["eligible_users"]) == (0, 0, 8)
 
 
+def test_a_shard_without_lists_fails_its_share_check(tmp_path):
+    """(From a review.) Shard 1 written empty, with a manifest that agrees: 1 of 5 users with
+    lists lost (-20 %) passes the run's change checks, so each shard's share is checked too.
+    With a floor of 0.5 (one list asked of each shard's 2 eligible users), shard 1's 0 of 2
+    fails it alone: the run's 4 of 8 and the other shards' 1 of 2, 1 of 2, 2 of 2 pass. At the
+    default 0.05 a 2-user shard is not judged (less than one list asked)."""
+    paths, settings = write_good_run(tmp_path / "home", gate_min_list_share=0.5)
+    rewrite_shard(paths, 1, lambda f: f.head(0))
+    with pytest.raises(ValidationFailedError, match="shard_list_share_at_least_min"):
+        validate_run(paths, settings)
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["failed"] == ["shard_list_share_at_least_min"]
+    results = json.loads((paths.validation_dir / "results.json").read_text())
+    check = next(e for c in results["checkpoints"] for e in c["expectations"]
+                 if e["name"] == "shard_list_share_at_least_min")  # fmt: skip
+    assert check["shards_failed"] == [1]
+    assert check["result"]["partial_unexpected_list"] == [0.0]
+    default, defaults = write_good_run(tmp_path / "default")
+    rewrite_shard(default, 1, lambda f: f.head(0))
+    assert validate_run(default, defaults)["outcome"] == "passed"
+
+
 def test_too_few_users_with_lists_fail_the_share_check(tmp_path):
-    """5 of 8 eligible users (0.625) have a list: below a minimum share of 0.7."""
+    """5 of 8 eligible users (0.625) have a list: below a minimum share of 0.7; so are shards
+    0, 1 and 2 (1 of their 2 eligible users each: users 6, 4 and 2), not shard 3 (1 and 8)."""
     paths, settings = write_good_run(tmp_path / "home", gate_min_list_share=0.7)
     with pytest.raises(ValidationFailedError, match="list_share_at_least_min"):
         validate_run(paths, settings)
     summary = json.loads((paths.validation_dir / "summary.json").read_text())
-    assert summary["failed"] == ["list_share_at_least_min"]
+    assert set(summary["failed"]) == {"list_share_at_least_min", "shard_list_share_at_least_min"}
     results = json.loads((paths.validation_dir / "results.json").read_text())
-    check = next(e for e in results["checkpoints"][0]["expectations"]
-                 if e["name"] == "list_share_at_least_min")  # fmt: skip
-    assert check["result"]["partial_unexpected_list"] == [0.625]
+    checks = {e["name"]: e for c in results["checkpoints"] for e in c["expectations"]}
+    assert checks["list_share_at_least_min"]["result"]["partial_unexpected_list"] == [0.625]
+    assert checks["shard_list_share_at_least_min"]["shards_failed"] == [0, 1, 2]
 
 
 def _set(column: str, value, *, where: pl.Expr) -> Callable[[pl.DataFrame], pl.DataFrame]:
