@@ -455,8 +455,6 @@ class Settings(BaseSettings):
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-        from recs.store.connections import normalize_url
-
         try:
             url = make_url(normalize_url(value))
         except ArgumentError:
@@ -528,6 +526,16 @@ class Settings(BaseSettings):
         """Upper bound of ``score``: each term is in 0..1 (the mutual term saturates, the hub
         damping is at most 1), so the sum of the weights bounds it."""
         return self.mutual_weight + self.activity_weight + self.popularity_weight
+
+
+def normalize_url(url: str) -> str:
+    """PostgreSQL URLs use the psycopg (3) driver, the one in requirements.txt whose pipeline
+    mode ``recs.ingest`` relies on: ``postgresql://``, ``postgres://`` and
+    ``postgresql+psycopg2://`` become ``postgresql+psycopg://``; other URLs are unchanged."""
+    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
 
 
 @lru_cache(maxsize=1)

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+from recs.config import normalize_url  # noqa: F401 - the rule's home: settings read it too
 from recs.times import EPOCH, MICROS_PER_DAY, MICROS_PER_SECOND
 
 BUSY_TIMEOUT_MS = 10_000
@@ -77,16 +78,6 @@ def _store_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     apply_sqlite_pragmas(cursor, "store")
     cursor.close()
-
-
-def normalize_url(url: str) -> str:
-    """PostgreSQL URLs use the psycopg (3) driver, the one in requirements.txt whose pipeline
-    mode ``recs.ingest`` relies on: ``postgresql://``, ``postgres://`` and
-    ``postgresql+psycopg2://`` become ``postgresql+psycopg://``; other URLs are unchanged."""
-    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
 
 
 def is_postgres(url: str) -> bool:
