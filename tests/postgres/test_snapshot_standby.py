@@ -214,7 +214,6 @@ def test_the_primary_under_another_url_is_not_taken_for_a_standby(servers, tmp_p
     [
         ("sqlite:///{tmp}/live.db", "postgresql://x@127.0.0.1:1/recs", "must name a PostgreSQL"),
         ("postgresql://x@127.0.0.1:1/recs", "sqlite:///{tmp}/other.db", "must name a PostgreSQL"),
-        ("postgresql://x@127.0.0.1:1/recs", "not a url", "is not a database URL"),
     ],
 )
 def test_a_snapshot_store_url_that_cannot_be_a_standby_is_refused_before_connecting(
@@ -230,3 +229,16 @@ def test_a_snapshot_store_url_that_cannot_be_a_standby_is_refused_before_connect
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "pairing")
     with pytest.raises(LiveStoreError, match=needle):
         freeze_snapshot(paths, settings)
+
+
+def test_a_malformed_snapshot_store_url_is_refused_when_the_settings_are_read(tmp_path):
+    """A snapshot store URL that is not a database URL fails before any stage runs: the
+    settings check it (``Settings._a_database_url``), one line naming the setting."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"snapshot_store_url\n.*not a database URL"):
+        Settings(
+            home=tmp_path / "home",
+            store_url="postgresql://x@127.0.0.1:1/recs",
+            snapshot_store_url="not a url",
+        )

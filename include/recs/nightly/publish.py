@@ -198,8 +198,10 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
     version before ``CURRENT``, or the target is unknown, incomplete or not validated;
     ``InvalidRunIdError`` for a malformed ``to``; ``RunStoreError`` where ``published/`` is not
     the served one (as ``publish_run``), unless ``to`` is ``CURRENT`` itself: that only records
-    it in the run store, the way to set a record that is missing or wrong. ``CURRENT`` is
-    unchanged on any error.
+    it in the run store, the way to set a record that is missing or wrong, so it must run where
+    the served ``published/`` is (elsewhere it records a stale copy's ``CURRENT``, and the
+    gate and the next publish on the served machine refuse until it is recorded there again).
+    ``CURRENT`` is unchanged on any error.
     """
     published_dir = _published_dir(home_or_settings)
     if to is not None:
