@@ -19,10 +19,10 @@ The contract, atomic from a reader's point of view:
 
 - A part is trusted only through its marker ``.parts/<part>.json``, which ``push`` writes last:
   every file's relative path, size, sha256 and mtime (ns), and the part's ``checksum`` (sha256
-  of the paths and digests). A stage withdraws the markers of what it writes when it starts
-  (``forget``), as its local code removes its own manifests first, and ``push`` removes the
-  marker before it uploads: a task or a push that dies half-way leaves no marker, so nothing a
-  later task trusts.
+  of the paths and digests; ``entries``). A stage withdraws the markers of what it writes when
+  it starts (``forget``), as its local code removes its own manifests first, and ``push``
+  removes the marker before it uploads: a task or a push that dies half-way leaves no marker,
+  so nothing a later task trusts.
 - ``pull`` downloads the files of the marker a stage reads (``stage_inputs``) into a staging
   folder, checks each one's size and sha256 against the marker (a file replaced by a rerun while
   it was read fails with ``ArtifactNotFoundError``; the task's retry reads the new one), gives
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import hashlib
 import json
 import logging
 import os
@@ -67,7 +66,14 @@ from urllib.parse import unquote, urlparse
 
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
-from recs.files import read_json, sha256_file, staging_name
+from recs.files import read_json, staging_name
+from recs.nightly.entries import (
+    content_checksum,
+    file_entry,
+    local_files,
+    same_content,
+    same_file,
+)
 from recs.nightly.parts import (  # noqa: F401 - the parts, importable from here too
     DBT_DOCS,
     GRAPH,
@@ -330,7 +336,7 @@ class RunStore:
         held = self._remote_sizes(paths, part)  # a file gone or cut short meanwhile
         upload = [r for r, entry in entries.items()
                   if held.get(r, -1) != entry["size"]
-                  or not _same_content(previous.get(r), entry)]  # fmt: skip
+                  or not same_content(previous.get(r), entry)]  # fmt: skip
         if upload:
             self._io(
                 f"upload {part.name}",
@@ -467,48 +473,6 @@ class RunStore:
             os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
 
 
-def local_files(run_dir: Path, part: Part) -> dict[str, Path]:
-    """The part's files in the local run folder, by relative path (posix), sorted."""
-    found: dict[str, Path] = {}
-    for root in part.roots:
-        start = Path(run_dir) / root
-        candidates = [start] if start.is_file() else sorted(start.rglob("*"))
-        for path in candidates:
-            relative = path.relative_to(run_dir).as_posix()
-            if path.is_file() and part.covers(relative):
-                found[relative] = path
-    return dict(sorted(found.items()))
-
-
-def file_entry(path: Path, *, mtime: bool = True) -> dict[str, Any]:
-    """A marker's entry of one file: ``{"size", "sha256"[, "mtime_ns"]}``."""
-    found = Path(path).stat()
-    entry: dict[str, Any] = {"size": found.st_size, "sha256": sha256_file(path)}
-    if mtime:
-        entry["mtime_ns"] = found.st_mtime_ns
-    return entry
-
-
-def same_file(path: Path, entry: dict[str, Any]) -> bool:
-    """Whether the local ``path`` is the file of the marker ``entry``: same size and mtime (ns;
-    every writer replaces its files whole, and a pull gives them the writer's mtime)."""
-    try:
-        found = path.stat()
-    except OSError:
-        return False
-    return found.st_size == entry["size"] and found.st_mtime_ns == entry["mtime_ns"]
-
-
-def _same_content(old: dict | None, new: dict) -> bool:
-    return bool(old) and old["size"] == new["size"] and old["sha256"] == new["sha256"]
-
-
-def content_checksum(entries: dict[str, dict]) -> str:
-    """sha256 (hex) of a part's content: its relative paths and their sha256, sorted."""
-    listing = json.dumps(sorted((r, e["sha256"]) for r, e in entries.items()))
-    return hashlib.sha256(listing.encode()).hexdigest()
-
-
 @lru_cache(maxsize=4)
 def _open(url: str, options_json: str) -> RunStore:
     store = RunStore(url, json.loads(options_json))
@@ -546,6 +510,16 @@ def unseen_current(
         return None
     seen = f"names {here}" if here else "has no CURRENT"
     return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
+
+
+def refuse_unseen(
+    published_dir: Path, here: str | None, command: str, error: type[RecsError] = RunStoreError
+) -> None:
+    """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
+    machine's ``published/`` is not the served one (``unseen_current``)."""
+    unseen = unseen_current(published_dir, here)
+    if unseen is not None:
+        raise error(f"run {command} where published/ is: {unseen}")
 
 
 def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recs.errors import RunNotFoundError, ValidationEngineError
+from recs.nightly.artifacts import refuse_unseen
 from recs.published import check_version, current_version, shard_file
 from recs.sharding import shard_expr
 
@@ -39,7 +40,8 @@ def replaced_version(
     """
     published_dir = Path(published_dir)
     name = current_version(published_dir)
-    _refuse_unseen_current(published_dir, name)
+    # comparing with nothing, or another version, would decide the change checks wrongly
+    refuse_unseen(published_dir, name, "validate_run", ValidationEngineError)
     if name is None:
         return None, "nothing is published yet: no version to compare with"
     try:
@@ -56,20 +58,6 @@ def replaced_version(
     if users == 0:
         return None, f"the version {name} has no users with lists in shards {sorted(wanted)}"
     return ReplacedVersion(run_id=name, users=users, rows=rows), None
-
-
-def _refuse_unseen_current(published_dir: Path, name: str | None) -> None:
-    """Raise ``ValidationEngineError`` when this machine does not see the served ``published/``
-    (``artifacts.unseen_current``): comparing with nothing, or with another version, would
-    decide the change checks wrongly."""
-    from recs.nightly.artifacts import unseen_current
-
-    unseen = unseen_current(published_dir, name)
-    if unseen is not None:
-        raise ValidationEngineError(
-            f"run validate_run where published/ is (the change checks compare with its "
-            f"CURRENT): {unseen}"
-        )
 
 
 def _resharded_counts(

@@ -43,7 +43,8 @@ from pathlib import Path
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError
 from recs.files import staging_name
-from recs.nightly.artifacts import GRAPH, RunStore, same_file
+from recs.nightly.artifacts import GRAPH, RunStore
+from recs.nightly.entries import file_entry, same_file
 from recs.nightly.runs import RunPaths
 
 log = logging.getLogger("recs.nightly.graph_cache")
@@ -123,10 +124,7 @@ STAMP = ".copied.json"
 
 def _stamp(copy: Path, files: dict[str, dict]) -> None:
     """Write ``copy``'s ``STAMP``: the size and mtime of each of the marker's ``files`` there."""
-    stamp = {}
-    for name in files:
-        found = (copy / name).stat()
-        stamp[name] = {"size": found.st_size, "mtime_ns": found.st_mtime_ns}
+    stamp = {name: file_entry(copy / name, checksum=False) for name in files}
     (copy / STAMP).write_text(json.dumps(stamp, sort_keys=True))
 
 

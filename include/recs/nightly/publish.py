@@ -44,13 +44,12 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
-    RunStoreError,
     ValidationEngineError,
     ValidationFailedError,
 )
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
-from recs.nightly.artifacts import run_store, unseen_current
+from recs.nightly.artifacts import refuse_unseen, run_store
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -128,7 +127,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
-        _refuse_unseen(published_dir, previous, "publish_run")
+        refuse_unseen(published_dir, previous, "publish_run")
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
         try:
             manifest = _stage_version(paths, settings, summary, staging, previous)
@@ -182,7 +181,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir)
-        _refuse_unseen(published_dir, previous, "set_current")
+        refuse_unseen(published_dir, previous, "set_current")
         _write_current(published_dir, run_id)
         history.record(published_dir, "set_current", run_id, previous, current=True)
     return {"run_id": run_id, "previous": previous}
@@ -219,7 +218,7 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         except RunNotFoundError as error:
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
-            _refuse_unseen(published_dir, current, "recs rollback")
+            refuse_unseen(published_dir, current, "recs rollback")
             _write_current(published_dir, target)
             history.record(published_dir, "rollback", target, current, current=True)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
@@ -480,15 +479,6 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     _record_in_run_store(run_id)
     with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
         handle.write(f"{run_id}\n")
-
-
-def _refuse_unseen(published_dir: Path, current: str | None, command: str) -> None:
-    """Raise ``RunStoreError`` when this machine does not see the served ``published/``
-    (``artifacts.unseen_current``): moving ``CURRENT`` here would leave the served one as it was
-    and record this switch in the run store, so the two disagree and the next gate errors."""
-    unseen = unseen_current(published_dir, current)
-    if unseen is not None:
-        raise RunStoreError(f"run {command} where published/ is: {unseen}")
 
 
 def _record_in_run_store(run_id: str) -> None:

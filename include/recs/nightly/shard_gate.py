@@ -128,8 +128,8 @@ def prepare_shard(paths: RunPaths, settings: Settings, shard_id: int) -> Prepare
         .to_series().to_list() if "user_id" in union.columns else []
     )  # fmt: skip
     eligible = eligible_users(paths.exports_dir, shard_ids=[shard_id, *homes])
-    batches = shard_batches(paths, settings, shard_id, outputs, eligible)
     in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id)
+    batches = shard_batches(paths, settings, shard_id, outputs, eligible, in_shard.height)
     result = {
         "shard_id": shard_id,
         "status": "computed",
@@ -233,11 +233,14 @@ def shard_batches(
     shard_id: int,
     outputs: ShardOutputs,
     eligible: pl.DataFrame,
+    eligible_in_shard: int,
 ) -> list[GateBatch]:
     """The four batches of one computed shard, each with its expectations (module docstring).
 
-    ``outputs``: ``read_shard_outputs`` of this shard alone; ``eligible``: the shard's eligible
-    ``user_id``. Check names are stable identifiers: they appear in ``summary.json`` and errors.
+    ``outputs``: ``read_shard_outputs`` of this shard alone; ``eligible``: the eligible
+    ``user_id`` of this shard and of the home shards of its users; ``eligible_in_shard``: how
+    many of them are in this shard. Check names are stable identifiers: they appear in
+    ``summary.json`` and errors.
     """
     quiet_gx()
     import great_expectations.expectations as gxe
@@ -267,7 +270,7 @@ def shard_batches(
         ["user_id"],
     )
     shards = GateBatch(
-        "shards", outputs.shards.with_columns(shard_list_share(eligible, shard_id, settings)),
+        "shards", outputs.shards.with_columns(shard_list_share(eligible_in_shard, settings)),
         ["shard_id"],
     )  # fmt: skip
 
@@ -390,14 +393,13 @@ def recommendation_rules(paths: RunPaths, shard_id: int, conformed: pl.DataFrame
     ).collect()
 
 
-def shard_list_share(eligible: pl.DataFrame, shard_id: int, settings: Settings) -> pl.Expr:
+def shard_list_share(in_shard: int, settings: Settings) -> pl.Expr:
     """``list_share`` Float64 for the ``shards`` frame's row: ``file_users`` over the shard's
-    eligible users (``eligible``'s ``user_id`` in shard ``shard_id``); its floor is
+    ``in_shard`` eligible users; its floor is
     ``gate_min_list_share``, as the run's. Null, so not judged, when the file could not be read
     (its readability check says so) or when the floor asks for less than one list (fewer than
     ``1 / gate_min_list_share`` eligible users, 20 by default: a shard of a tiny graph may
     rightly have none; a shard of the plan's size has thousands)."""
-    in_shard = eligible.filter(shard_expr("user_id", settings.shard_count) == shard_id).height
     if in_shard * settings.gate_min_list_share < 1:
         return pl.lit(None, pl.Float64).alias("list_share")
     return (pl.col("file_users").cast(pl.Float64) / in_shard).alias("list_share")
