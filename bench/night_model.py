@@ -7,7 +7,7 @@ grows with, then multiplied by the night's:
 
 | stage | grows with | night's quantity |
 | --- | --- | --- |
-| freeze_snapshot, build_models, build_graph | follow edges | 60 B |
+| freeze_snapshot, build_models, cap_graph, build_graph | follow edges | 60 B |
 | traverse_shard | traversals | 220 M x (measured traversals per eligible user) |
 | validate_shards, validate_run, publish_run | published rows | 220 M x (rows per eligible user) |
 
@@ -18,6 +18,9 @@ and most of its time is one core's); a mapped stage (``SPREAD``: one task per sh
 CPU time** scaled and divided over ``cores``, and its peak memory is one task's (the shards
 grow in number, not in size). Peak memory of a one-process stage scales with its quantity too,
 which is the figure that says whether it can run on any machine at all.
+
+``plan_graph`` is left out: in the shipped hop orders it reads the snapshot manifest only, a
+fixed cost (with a ``reciprocity`` order it reads every follow once, and is not modelled).
 
 Fixed costs (interpreter start-up, imports, dbt's parse, the runtime's resident memory) are
 scaled as if they grew too, so a small run overstates the night: read the model from
@@ -37,9 +40,10 @@ NIGHT_ACCOUNTS = 500_000_000
 NIGHT_REFRESHED = 220_000_000
 WINDOW_SECONDS = 4 * 3600
 
-BY_EDGES = ("freeze_snapshot", "build_models", "build_graph")
+BY_EDGES = ("freeze_snapshot", "build_models", "cap_graph", "build_graph")
 BY_ROWS = ("validate_shards", "validate_run", "publish_run")
-SPREAD = ("traverse_shard", "validate_shards")  # mapped: a task per shard / group
+# mapped: a task per group of partitions / shard / group of shards
+SPREAD = ("cap_graph", "traverse_shard", "validate_shards")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ never ``./data``; the caller's live, snapshot and run store settings are not pas
 ``NOT_INHERITED``) with ``recs generate-graph`` (1 M users x 50 follows = 50 M edges; the
 popularity tail gives hubs with in-degree over 200 k), then runs the nightly stages in order,
 **each in its own process** so each stage's peak memory is its own: ``freeze_snapshot``,
-``build_models`` (dbt), ``build_graph``, ``traverse_shard`` x ``shard_count`` (16; one process
+``build_models`` (dbt), the graph as the DAG builds it (``plan_graph``, ``cap_graph`` x groups
+of partitions, ``build_graph``: the assembly), ``traverse_shard`` x ``shard_count`` (16; one process
 per shard, as Airflow's mapped tasks run), ``validate_shards`` x groups (the gate's GX
 checks of each shard), ``validate_run`` (the run-wide checks and the verdict) and
 ``publish_run``. The same functions the DAG's tasks call (``recs.nightly.pipeline``), with the
@@ -104,6 +105,12 @@ def stage_child(name: str, home: str, run_id: str, shard: str | None) -> None:
         result = pipeline.freeze_snapshot(paths, get_settings())
     elif name == "traverse_shard":
         result = pipeline.traverse_shard(paths, int(shard))
+    elif name == "cap_graph":
+        pieces = pipeline.cap_graph(paths, [int(i) for i in shard.split(",")])
+        result = {"partitions": len(pieces), "capped_edges": sum(p["capped_edges"] for p in pieces),
+                  "edges_read": sum(p["edges_read"] for p in pieces)}
+    elif name == "plan_graph":
+        result = {"groups": pipeline.plan_graph(paths)}
     elif name == "validate_shards":
         results = pipeline.validate_shards(paths, [int(i) for i in shard.split(",")])
         result = {"rows": sum(r.get("rows", 0) for r in results), "shards": len(results),
@@ -247,8 +254,27 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, "-c", "import numpy as np; from recs.traversal.hop_order "
                     "import grouped_order as g; g(np.zeros(2, int), np.zeros(2, np.uint64), "
                     "np.arange(2))"], env=env, check=True)
-    stage("build_graph", [*me, "--stage", "build_graph", *run], env,
-          lambda r: f"{r['n_edges']:,} capped entries of {r['edges_read']:,}")
+    # the graph as the DAG builds it: the plan, a mapped cap_graph task per group of
+    # partitions (one after another here), the assembly (the DAG's build_graph task)
+    graph_groups = stage("plan_graph", [*me, "--stage", "plan_graph", *run], env,
+                         lambda r: f"{len(r['groups'])} group(s) of partitions")["result"]["groups"]
+    caps = [
+        stage(f"cap_graph {group[0]:03d}-{group[-1]:03d}",
+              [*me, "--stage", "cap_graph", "--shard", ",".join(map(str, group)), *run], env,
+              lambda r: f"{r['capped_edges']:,} capped of {r['edges_read']:,}")
+        for group in graph_groups
+    ]
+    stages[-len(caps):] = []
+    stages.append({
+        "stage": f"cap_graph x {len(caps)}",
+        "wall_seconds": sum(s["wall_seconds"] for s in caps),
+        "cpu_seconds": sum(s["cpu_seconds"] for s in caps),
+        "peak_rss_mb": max(s["peak_rss_mb"] for s in caps),
+        "note": f"one process per group of {len(graph_groups[0])} partitions, run one after "
+                "another",
+    })
+    stage("build_graph", [*me, "--stage", "assemble_graph", *run], env,
+          lambda r: f"{r['n_edges']:,} capped entries of {r['edges_read']:,} (assembly)")
     say("JIT cache warm-up (shard 0, untimed) ...")
     warm_up = run_child(
         [*me, "--stage", "traverse_shard", "--shard", "0", *run], pinned, log

@@ -1,4 +1,5 @@
-"""Nightly who-to-follow: snapshot → dbt → CSR graph → mapped shard traversal and GX → publish.
+"""Nightly who-to-follow: snapshot → dbt → CSR graph (mapped by partition) → mapped shard
+traversal and GX → publish.
 
 A declaration only: every task body is one call into ``recs.nightly.pipeline`` (the functions
 the ``recs`` CLI calls, so ``recs shard run`` reproduces a task's output byte for byte). Top-level
@@ -13,6 +14,12 @@ reuses ``D``'s retained snapshot; when none is retained it fails at once, unless
 ``{"rebuild_snapshot": true}`` (param below), which rebuilds it from the live store as of the
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
 the date it runs after.
+
+The graph is built by partition: ``plan_graph`` writes the plan (``recs.traversal.graph_pieces``)
+and cuts the snapshot's partitions into groups of ``graph_partitions_per_task``, one mapped
+``cap_graph`` task each caps its partitions' follows into pieces, and ``build_graph`` assembles
+them into the CSR every shard task maps, so each task's memory is its partitions' follows plus
+the id map.
 
 The gate is mapped too: ``plan_gate`` makes the groups before the traversal starts, and each
 ``validate_shards`` task checks a group of shards
@@ -63,6 +70,9 @@ GATE_GROUP_INDEX = (
     "shards-{{ '%03d' % task.op_kwargs['shard_ids'][0] }}-"
     "{{ '%03d' % task.op_kwargs['shard_ids'][-1] }}"
 )
+
+# A cap_graph task's map index reads "partitions-000-015".
+GRAPH_GROUP_INDEX = GATE_GROUP_INDEX.replace("shards-", "partitions-", 1)
 
 # The stages the gate needs to have succeeded; the shards may have failed (carried over).
 BEFORE_TRAVERSAL = ("freeze_snapshot", "build_models", "build_graph", "plan_shards")
@@ -169,11 +179,27 @@ def recs_who_to_follow_nightly():
         return run
 
     @task(**DATA_TASK_RETRIES)
-    def build_graph(run: dict[str, str]) -> dict[str, str]:
-        """Capped CSR adjacency for the run, memory-mapped read-only by every shard task."""
+    def plan_graph(run: dict[str, str]) -> list[list[int]]:
+        """The graph plan and the groups of snapshot partitions one ``cap_graph`` task caps."""
         from recs.nightly import pipeline
 
-        pipeline.build_graph(_paths(run))
+        return pipeline.plan_graph(_paths(run))
+
+    @task(map_index_template=GRAPH_GROUP_INDEX, **DATA_TASK_RETRIES)
+    def cap_graph(run: dict[str, str], shard_ids: list[int]) -> dict[str, int]:
+        """Each account's first hop2_cap follows, for a group of partitions: their pieces."""
+        from recs.nightly import pipeline
+
+        pieces = pipeline.cap_graph(_paths(run), shard_ids)
+        return {"partitions": len(pieces), "capped_edges": sum(p["capped_edges"] for p in pieces)}
+
+    @task(**DATA_TASK_RETRIES)
+    def build_graph(run: dict[str, str]) -> dict[str, str]:
+        """Capped CSR adjacency for the run, assembled from the pieces, memory-mapped read-only
+        by every shard task."""
+        from recs.nightly import pipeline
+
+        pipeline.assemble_graph(_paths(run))
         return run
 
     @task
@@ -250,7 +276,10 @@ def recs_who_to_follow_nightly():
 
     run = freeze_snapshot()
     modelled = build_models(run)
+    graph_groups = plan_graph(modelled)
+    capped = cap_graph.partial(run=modelled).expand(shard_ids=graph_groups)
     graph = build_graph(modelled)
+    capped >> graph
     shard_ids = plan_shards(graph)
     groups = plan_gate(graph, shard_ids)
     shards = traverse_shard.partial(run=graph).expand(shard_id=shard_ids)

@@ -134,9 +134,15 @@ class Settings(BaseSettings):
         1024, ge=1, le=4096, description="Most shards a plan makes (at most Airflow's "
         "max_map_length, checked at run time)."
     )
+    graph_partitions_per_task: int = Field(
+        16, ge=1, le=4096, description="Snapshot partitions one cap_graph task caps into "
+        "pieces of the graph (recs.traversal.graph_pieces), two files at a time: each task "
+        "reads the id map and in-degrees once (n_nodes), so fewer, larger groups cost less; "
+        "more spread over workers."
+    )
     gate_shards_per_task: int = Field(
         16, ge=1, le=4096, description="Shards one validate_shards task checks, one after "
-        "another (recs.nightly.shard_plan.gate_groups): each task imports Great Expectations "
+        "another (recs.nightly.shard_plan.task_groups): each task imports Great Expectations "
         "once, 3-6 s of CPU, and holds one shard at a time plus the next one read ahead, so "
         "fewer, larger groups cost less; more spread over workers."
     )

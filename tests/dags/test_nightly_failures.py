@@ -170,7 +170,7 @@ def test_a_failed_stage_before_the_shards_fails_the_gate_cleanly(
     def broken(paths):
         raise RuntimeError("injected graph build failure")
 
-    monkeypatch.setattr(pipeline, "build_graph", broken)
+    monkeypatch.setattr(pipeline, "assemble_graph", broken)
     monkeypatch.setattr(nightly.get_task("build_graph"), "retries", 0)
     dag_run = nightly.test(logical_date=dt.datetime(2026, 11, 3, tzinfo=dt.UTC))
     states = task_states(dag_run)

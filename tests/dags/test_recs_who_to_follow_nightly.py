@@ -67,7 +67,9 @@ def test_task_graph_is_the_designed_flow(dag):
     assert upstream == {
         "freeze_snapshot": [],
         "build_models": ["freeze_snapshot"],
-        "build_graph": ["build_models"],
+        "plan_graph": ["build_models"],
+        "cap_graph": ["build_models", "plan_graph"],
+        "build_graph": ["build_models", "cap_graph"],
         "plan_shards": ["build_graph"],
         "traverse_shard": ["build_graph", "plan_gate", "plan_shards"],
         "plan_gate": ["build_graph", "plan_shards"],
@@ -82,6 +84,8 @@ def test_retries_on_data_tasks_none_on_the_gate(dag):
     for task_id in (
         "freeze_snapshot",
         "build_models",
+        "plan_graph",
+        "cap_graph",
         "build_graph",
         "traverse_shard",
         "validate_shards",
@@ -101,16 +105,20 @@ def test_shard_tasks_are_mapped_with_a_readable_index(dag):
     assert rendered == "shard-007"
 
 
-def test_gate_tasks_are_mapped_over_groups_with_a_readable_index(dag):
+@pytest.mark.parametrize(
+    ("task_id", "index"),
+    [("validate_shards", "shards-008-015"), ("cap_graph", "partitions-008-015")],
+)
+def test_group_tasks_are_mapped_over_groups_with_a_readable_index(dag, task_id, index):
     import jinja2
 
-    task = dag.get_task("validate_shards")
+    task = dag.get_task(task_id)
     template = jinja2.Template(task.map_index_template)
 
     class Task:
         op_kwargs = {"shard_ids": [8, 9, 10, 11, 12, 13, 14, 15]}
 
-    assert template.render(task=Task) == "shards-008-015"
+    assert template.render(task=Task) == index
 
 
 def test_duckdb_writer_runs_alone(dag):

@@ -36,8 +36,13 @@ from tests.needs import need
 
 DATE = "2026-11-01"
 SHARDS = 4
-# Two gate tasks of two shards each, so the gate's tasks are mapped over groups here too.
-RUN_ENV = {"RECS_SHARD_COUNT": str(SHARDS), "RECS_GATE_SHARDS_PER_TASK": "2"}
+# Two gate tasks and two graph-capping tasks of two shards (partitions) each, so those tasks
+# are mapped over groups here too.
+RUN_ENV = {
+    "RECS_SHARD_COUNT": str(SHARDS),
+    "RECS_GATE_SHARDS_PER_TASK": "2",
+    "RECS_GRAPH_PARTITIONS_PER_TASK": "2",
+}
 WORKERS = ("recs-worker-a", "recs-worker-b")
 RUN_TIMEOUT = 1200.0  # seconds; the run itself takes about 2 minutes here
 
@@ -113,11 +118,13 @@ def celery_run(redis_server, reference, tmp_path_factory, postgres_server):
 def test_every_task_of_the_celery_run_succeeded_and_published(celery_run):
     states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in celery_run["task_instances"]}
     assert set(states.values()) == {"success"}, states
-    # seven single tasks, a traverse_shard per shard and a validate_shards per group of
-    # RECS_GATE_SHARDS_PER_TASK (2) shards
-    assert len(states) == 7 + SHARDS + SHARDS // 2
-    gates = sorted(index for task_id, index in states if task_id == "validate_shards")
-    assert gates == list(range(SHARDS // 2))
+    # eight single tasks, a traverse_shard per shard, a validate_shards per group of
+    # RECS_GATE_SHARDS_PER_TASK (2) shards and a cap_graph per group of
+    # RECS_GRAPH_PARTITIONS_PER_TASK (2) partitions
+    assert len(states) == 8 + SHARDS + SHARDS // 2 + SHARDS // 2
+    for grouped in ("validate_shards", "cap_graph"):
+        indexes = sorted(index for task_id, index in states if task_id == grouped)
+        assert indexes == list(range(SHARDS // 2)), grouped
     published = celery_run["data"] / "published"
     assert (published / "CURRENT").read_text().strip() == celery_run["run_id"]
     # The snapshot came from the copied retained one: the live store was never opened.

@@ -6,7 +6,8 @@ run with ``RECS_RUN_STORE_URL=s3://…`` on moto's S3-compatible server (``Threa
 on 127.0.0.1), every stage in another "machine": its own ``home``, sharing nothing with the
 others but the bucket and the live store, as Celery workers on several hosts would. The
 published recommendation files and the version manifest's checksums must equal the local
-run's; each traverse machine memory-maps its one cached copy of the graph, never the run
+run's (whose graph was built in one process, here by partition on three machines); each
+traverse machine memory-maps its one cached copy of the graph, never the run
 folder's; the gate reuses every shard's saved result (the pulled files keep the writer's
 mtimes, so the input fingerprints agree).
 """
@@ -86,7 +87,11 @@ def test_a_night_on_s3_across_machines_publishes_the_local_bytes(s3, tmp_path, m
         settings = Settings(home=tmp_path / "m1", store_url=live, shard_count=SHARDS)
         pipeline.freeze_snapshot(on("m1"), settings)
         pipeline.build_models(on("m2"))
-        pipeline.build_graph(on("m3"))
+        # the graph by partition, as the DAG's mapped tasks build it, on three machines
+        assert pipeline.plan_graph(on("m3")) == [[0, 1, 2]]
+        pipeline.cap_graph(on("m4"), [0, 2])
+        pipeline.cap_graph(on("m1"), [1])
+        pipeline.assemble_graph(on("m3"))
         assert pipeline.plan_shards(on("m1")) == list(range(SHARDS))
         traverse_on = {0: "m2", 1: "m4", 2: "m2"}
         for shard_id, name in traverse_on.items():

@@ -1,4 +1,4 @@
-"""Who may work on a run right now: a run lock, and a lock per shard.
+"""Who may work on a run right now: a run lock, and a lock per shard (and per graph piece).
 
 A stage that writes the run's shared outputs (snapshot, dbt build, graph, gate) holds the run's lock
 exclusively; a shard task holds it shared (the shards of one run run side by side) plus its shard's
@@ -40,6 +40,17 @@ def shard_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
     what = f"shard {shard_id:03d} of run {paths.run_id} of {paths.snapshot_date}"
     with run_lock(paths, shared=True):
         with _flock(paths.run_dir / ".locks" / f"shard_id={shard_id:03d}.lock", False, what):
+            yield
+
+
+@contextmanager
+def graph_piece_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
+    """Hold the run's lock shared and partition ``shard_id``'s graph piece exclusively for the
+    block (``cap_graph``: the pieces of one run are capped side by side)."""
+    what = f"graph piece {shard_id:03d} of run {paths.run_id} of {paths.snapshot_date}"
+    with run_lock(paths, shared=True):
+        lock = paths.run_dir / ".locks" / f"graph_shard_id={shard_id:03d}.lock"
+        with _flock(lock, False, what):
             yield
 
 

@@ -2,10 +2,12 @@
 
 A part is the outputs of one stage, paths relative to the run folder: ``snapshot``
 (freeze_snapshot), ``models`` (build_models: ``exports/`` and ``dbt/``), ``warehouse`` (its
-DuckDB file, read by dbt-docs only), ``dbt_docs``, ``graph`` (build_graph), ``shard_id=NNN``
-(traverse_shard), ``gate_shard_id=NNN`` (validate_shard) and ``validation`` (validate_run,
-without the shards' results). ``stage_inputs`` / ``stage_outputs`` are the table of which stage
-pulls and pushes which; ``artifacts.synced`` applies it.
+DuckDB file, read by dbt-docs only), ``dbt_docs``, ``graph_plan`` (plan_graph),
+``graph_shard_id=NNN`` (cap_graph: one partition's piece), ``graph`` (build_graph, the
+assembly), ``shard_id=NNN`` (traverse_shard), ``gate_shard_id=NNN`` (validate_shard) and
+``validation`` (validate_run, without the shards' results). ``stage_inputs`` /
+``stage_outputs`` are the table of which stage pulls and pushes which; ``artifacts.synced``
+applies it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ SNAPSHOT = Part("snapshot", ("snapshot",))
 MODELS = Part("models", ("exports", "dbt"), exclude=("dbt/docs/",))
 WAREHOUSE = Part("warehouse", ("warehouse.duckdb",))
 DBT_DOCS = Part("dbt_docs", ("dbt/docs",))
+GRAPH_PLAN = Part("graph_plan", ("graph_pieces/plan.json", "graph_pieces/reciprocal_pairs.npy"))
 GRAPH = Part("graph", ("graph",))
 VALIDATION = Part("validation", ("validation",), exclude=("validation/shards/",))
 SNAPSHOT_MANIFEST = ("snapshot/manifest.json",)
@@ -41,6 +44,11 @@ SNAPSHOT_MANIFEST = ("snapshot/manifest.json",)
 def shard_part(shard_id: int) -> Part:
     """``shards/shard_id=NNN/``: one shard's recommendations and manifest (traverse_shard)."""
     return Part(f"shard_id={shard_id:03d}", (f"shards/shard_id={shard_id:03d}",))
+
+
+def graph_piece_part(shard_id: int) -> Part:
+    """``graph_pieces/shard_id=NNN/``: one partition's capped follows (cap_graph)."""
+    return Part(f"graph_shard_id={shard_id:03d}", (f"graph_pieces/shard_id={shard_id:03d}",))
 
 
 def gate_part(shard_id: int) -> Part:
@@ -59,10 +67,30 @@ def stage_inputs(stage: str, shard_id: int | None, shard_count: int) -> Inputs:
         return [(SNAPSHOT, None, True)]
     if stage == "dbt_docs":
         return [(MODELS, None, True), (WAREHOUSE, None, True)]
-    if stage == "build_graph":
+    graph_exports = ("exports/candidate_profiles.parquet", "exports/hub_accounts.parquet")
+    if stage == "build_graph":  # in one process: plan, every piece, assembly
         return [
             (SNAPSHOT, ("snapshot/users.parquet", "snapshot/follow_edges/*"), True),
-            (MODELS, ("exports/candidate_profiles.parquet", "exports/hub_accounts.parquet"), True),
+            (MODELS, graph_exports, True),
+        ]
+    if stage == "plan_graph_reciprocal":  # the pairs followed back: every partition
+        return [(SNAPSHOT, ("snapshot/users.parquet", "snapshot/follow_edges/*"), True)]
+    if stage == "cap_graph":
+        return [
+            (
+                SNAPSHOT,
+                ("snapshot/users.parquet", f"snapshot/follow_edges/shard_id={shard_id:03d}/*"),
+                True,
+            ),
+            (MODELS, ("exports/candidate_profiles.parquet",), True),
+            (GRAPH_PLAN, None, True),
+        ]
+    if stage == "assemble_graph":
+        return [
+            (SNAPSHOT, ("snapshot/users.parquet",), True),
+            (MODELS, graph_exports, True),
+            (GRAPH_PLAN, None, True),
+            *((graph_piece_part(i), None, True) for i in every_shard),
         ]
     if stage == "traverse_shard":
         return [
@@ -115,11 +143,17 @@ def stage_outputs(stage: str, shard_id: int | None) -> tuple[list[Part], list[Pa
         "build_models": [MODELS, WAREHOUSE],
         "dbt_docs": [DBT_DOCS],
         "build_graph": [GRAPH],
+        "plan_graph": [GRAPH_PLAN],
+        "plan_graph_reciprocal": [GRAPH_PLAN],
+        "cap_graph": [graph_piece_part(shard_id)] if shard_id is not None else [],
+        "assemble_graph": [GRAPH],
         "traverse_shard": [shard_part(shard_id)] if shard_id is not None else [],
         "validate_shard": [gate_part(shard_id)] if shard_id is not None else [],
         "validate_run": [VALIDATION],
     }.get(stage, [])
     withdraws = [*writes, DBT_DOCS] if stage == "build_models" else list(writes)
+    if stage.startswith("plan_graph"):  # a new plan: the graph is assembled again from it
+        withdraws.append(GRAPH)
     return writes, withdraws
 
 

@@ -1,8 +1,8 @@
 """The nightly run as plain functions: each Airflow task and each CLI command calls one of these.
 
-Stage order (ARCHITECTURE §2): ``freeze_snapshot`` → ``build_models`` → ``build_graph`` →
-``plan_shards`` → ``traverse_shard`` × S → ``validate_shards`` × G → ``validate_run`` →
-``publish_run``.
+Stage order (ARCHITECTURE §2): ``freeze_snapshot`` → ``build_models`` → ``build_graph`` (in the
+DAG: ``plan_graph`` → ``cap_graph`` × P → ``build_graph``, the assembly) → ``plan_shards`` →
+``traverse_shard`` × S → ``validate_shards`` × G → ``validate_run`` → ``publish_run``.
 
 Every stage takes a ``RunPaths`` (run-scoped folders; never "latest", never the wall clock),
 writes only under it (``publish_run`` also under ``published/``), overwrites its own outputs on
@@ -90,11 +90,56 @@ def dbt_docs(paths: RunPaths) -> dict[str, Any]:
 
 
 def build_graph(paths: RunPaths) -> dict[str, Any]:
-    """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir``."""
+    """Build the run's capped, read-only CSR adjacency under ``paths.graph_dir`` in one process
+    (``recs run``): the plan, every partition's piece and the assembly below, in turn."""
     from recs.traversal.graph import build_graph as _build
 
     with run_lock(paths), synced(paths, "build_graph"):
         return _build(paths, run_settings(paths))
+
+
+def plan_graph(paths: RunPaths) -> list[list[int]]:
+    """The DAG's graph plan (``graph_pieces.plan_pieces``): the snapshot's partitions cut into
+    the groups one ``cap_graph`` task each caps (``shard_plan.task_groups`` by the run's
+    ``graph_partitions_per_task``). Reads every partition only when a hop order is
+    ``reciprocity`` (the pairs followed back)."""
+    from recs.traversal.graph_pieces import needs_reciprocity, plan_pieces
+
+    with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
+        settings = run_settings(paths)
+    stage = "plan_graph_reciprocal" if needs_reciprocity(settings) else "plan_graph"
+    with run_lock(paths), synced(paths, stage):
+        plan = plan_pieces(paths, settings)
+    return shard_plan.task_groups(plan["partitions"], settings.graph_partitions_per_task)
+
+
+def cap_graph(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any]]:
+    """Cap the follows of partitions ``shard_ids`` into their graph pieces
+    (``graph_pieces.cap_pieces``), each partition's lock held (the run's shared: the groups of
+    one run are capped side by side), its inputs pulled and its piece pushed with a run store.
+    """
+    from recs.nightly.locks import graph_piece_lock
+    from recs.traversal.graph_pieces import cap_pieces
+
+    with synced(paths, "plan_gate"):  # the snapshot manifest (shard ids are checked on it)
+        settings = run_settings(paths)
+    for shard_id in shard_ids:
+        check_shard(shard_id, settings.shard_count)
+    with ExitStack() as held:
+        for shard_id in shard_ids:  # locks in the group's order, as every task takes them
+            held.enter_context(graph_piece_lock(paths, shard_id))
+            held.enter_context(synced(paths, "cap_graph", shard_id))
+        return cap_pieces(paths, settings, shard_ids)
+
+
+def assemble_graph(paths: RunPaths) -> dict[str, Any]:
+    """The DAG's ``build_graph`` task: the run's graph assembled from the pieces the
+    ``cap_graph`` tasks wrote (``graph.assemble_graph``; ``StalePieceError`` names any missing
+    or stale)."""
+    from recs.traversal.graph import assemble_graph as _assemble
+
+    with run_lock(paths), synced(paths, "assemble_graph"):
+        return _assemble(paths, run_settings(paths))
 
 
 def plan_shards(paths: RunPaths) -> list[int]:
@@ -150,9 +195,9 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
 
 def gate_groups(paths: RunPaths, shard_ids: list[int]) -> list[list[int]]:
     """The groups of ``shard_ids`` one ``validate_shards`` task each checks
-    (``shard_plan.gate_groups`` by the run's ``gate_shards_per_task``)."""
+    (``shard_plan.task_groups`` by the run's ``gate_shards_per_task``)."""
     with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
-        return shard_plan.gate_groups(shard_ids, run_settings(paths).gate_shards_per_task)
+        return shard_plan.task_groups(shard_ids, run_settings(paths).gate_shards_per_task)
 
 
 def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any]]:

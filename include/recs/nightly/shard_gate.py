@@ -1,7 +1,7 @@
 """The gate of one shard: its rows, rules, users and files, validated by GX in a mapped task.
 
 ``validate_shard`` is what the mapped ``validate_shards`` task of the DAG runs for each shard
-of its group (``shard_plan.gate_groups``), after every traversal: it reads one shard's output,
+of its group (``shard_plan.task_groups``), after every traversal: it reads one shard's output,
 its eligible users and exclusions, and runs four batches as GX checkpoints, so its memory
 grows with the shard, never with the graph. One row per ...:
 

@@ -6,7 +6,7 @@ or ``Settings.shard_count`` when it is set (a fixed plan). It is made once, by
 ``eligible_users``: active, and active within ``eligibility_window_days`` of the cut-off; the
 gate checks the two counts agree), frozen into the run's manifest, and checked against the
 deployment's Airflow ``max_map_length`` before any heavy stage runs. The gate's mapped tasks
-check the shards in groups (``gate_groups``).
+check the shards in groups (``task_groups``).
 
 Light module (standard library only): the DAG calls ``check_map_length`` at task run time.
 """
@@ -87,10 +87,11 @@ def check_map_length(shard_count: int, max_map_length: int | None) -> None:
         )
 
 
-def gate_groups(shard_ids: list[int], shards_per_task: int) -> list[list[int]]:
-    """The planned ``shard_ids`` cut into consecutive groups of at most ``shards_per_task``
-    (``Settings.gate_shards_per_task``), one ``validate_shards`` task each, as evenly as that
-    many groups allow: 16 shards at 8 per task are ``[[0..7], [8..15]]``, 10 are 5 and 5.
+def task_groups(shard_ids: list[int], shards_per_task: int) -> list[list[int]]:
+    """The planned ``shard_ids`` cut into consecutive groups of at most ``shards_per_task``, one
+    mapped task each (``validate_shards``: ``Settings.gate_shards_per_task``; ``cap_graph``:
+    ``graph_partitions_per_task``), as evenly as that many groups allow: 16 shards at 8 per
+    task are ``[[0..7], [8..15]]``, 10 are 5 and 5.
     Raises ``ValueError`` if ``shards_per_task`` is below 1."""
     if shards_per_task < 1:
         raise ValueError(f"shards_per_task must be at least 1, not {shards_per_task}")

@@ -26,6 +26,8 @@ from recs.published import MANIFEST_FILE, current_version, version_dir
 STAGES = (
     "freeze_snapshot",
     "build_models",
+    "plan_graph",
+    "cap_graph",
     "build_graph",
     "plan_shards",
     "plan_gate",
@@ -34,7 +36,8 @@ STAGES = (
     "validate_run",
     "publish_run",
 )
-MAPPED_STAGES = ("traverse_shard", "validate_shards")  # a task per shard / group of shards
+# a task per group of partitions / shard / group of shards
+MAPPED_STAGES = ("cap_graph", "traverse_shard", "validate_shards")
 SKEW_FACTOR = 2.0
 COMPUTED, CARRIED_OVER, FAILED, NOT_RUN = "computed", "carried_over", "failed", "not run"
 DBT_FAILED = ("error", "fail", "runtime error")

@@ -1,13 +1,14 @@
 """The capped rows of the run's graph: each account's first ``hop2_cap`` active follows.
 
-``assemble_rows`` reads the snapshot's ``follow_edges`` partitions (contract
+``capped_in_order`` reads the snapshot's ``follow_edges`` files (contract
 ``SNAPSHOT_SCHEMAS["follow_edges"]``), keeps the active follows of known accounts (no
 self-follows, no duplicate pairs), sorts each follower's row in ``hop2_order`` (``RowOrder``,
-``hop_order``; sample order: ``recs.sampling``), cuts it at ``hop2_cap`` and writes the rows into
-``indices.npy`` with their ``indptr``. ``graph.build_graph`` calls it and writes the rest of the
-graph. ``GRAPH_THREADS`` partitions are capped at once, on threads, consumed in partition order,
-each with its own ``EdgeCounts`` added in that order: the bytes do not depend on the threads.
-Memory: that many partitions' edges plus ``n_nodes`` counters (bench/README, "The night at
+``hop_order``; sample order: ``recs.sampling``) and cuts it at ``hop2_cap``;
+``graph_pieces.cap_pieces`` saves each file's rows as a piece. ``assemble_rows`` writes the
+pieces' rows into ``indices.npy`` with their ``indptr``; ``graph.assemble_graph`` calls it and
+writes the rest of the graph. ``GRAPH_THREADS`` files are capped at once, on threads, consumed
+in order, each with its own ``EdgeCounts`` added in that order: the bytes do not depend on the
+threads. Memory: that many files' edges plus ``n_nodes`` counters (bench/README, "The night at
 scale").
 """
 
@@ -15,9 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -39,6 +39,10 @@ from recs.traversal.ids import DenseIndex
 
 log = logging.getLogger("recs.graph")
 
+#: Partitions capped at once (``capped_in_order``): the Parquet read, NumPy's sorts, gathers
+#: and bincounts release the GIL, so two threads use both cores of a small machine (the 16
+#: partitions of 1 M users: 8.4-8.6 s on one thread, 4.9-5.4 s on two, 6.0 s on three;
+#: ``bench/README.md``, "The night at scale"). Memory: this many partitions' edges at once.
 GRAPH_THREADS = 2
 
 
@@ -160,7 +164,7 @@ def _capped_partition(
     return src[within].astype(np.int32), dst[within].astype(np.int32), out_degree
 
 
-def _capped_in_order(
+def capped_in_order(
     files: list[Path], index: DenseIndex, hop2_cap: int, seed: int, row_order: RowOrder
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, EdgeCounts]]:
     """``_capped_partition`` of each of ``files``, in their order, with its own counts;
@@ -201,49 +205,37 @@ def reciprocal_pair_codes(snapshot_dir: Path, index: DenseIndex) -> np.ndarray:
 
 
 def assemble_rows(
-    paths, settings, index: DenseIndex, n_nodes: int, counts: EdgeCounts, row_order: RowOrder,
-    spill: Path, indices_path: Path,
+    pieces: Iterable, index: DenseIndex, n_nodes: int, counts: EdgeCounts, row_order: RowOrder,
+    settings, indices_path: Path,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The capped rows of every partition, assembled into ``indices_path`` (int32 ``.npy``).
+    """The capped rows of every piece, assembled into ``indices_path`` (int32 ``.npy``).
 
-    Pass 1 caps each partition (``_capped_partition``, ``GRAPH_THREADS`` at once) and spills
-    its ``(src, dst)`` pair to ``spill/`` in partition order (memory: that many partitions);
-    pass 2 scatters each row into a memory map of ``indices_path`` written through
-    ``atomic_path`` (file-backed pages, not private memory), so the build's memory grows with
-    the largest partitions and ``n_nodes``, not with the graph's edges. Returns ``(indptr
+    ``pieces``: ``graph_pieces.PieceFile``s in partition then file order (``cap_pieces`` capped
+    each file). Pass 1 reads each one's followers (``src``) and uncapped out-degrees and adds its
+    counts; pass 2 scatters each row into a memory map of ``indices_path`` written through
+    ``atomic_path`` (file-backed pages, not private memory), so the assembly's memory grows with
+    the largest piece and ``n_nodes``, not with the graph's edges. Returns ``(indptr
     int64[n_nodes + 1], degree int64[n_nodes] capped, out_degree int64[n_nodes] uncapped,
     n_edges)``.
     """
     hop2_cap = int(settings.hop2_cap)
-    pieces: list[tuple[Path, Path]] = []
+    pieces = list(pieces)
     degree = np.zeros(n_nodes, dtype=np.int64)
     out_degree = np.zeros(n_nodes, dtype=np.int64)
     overlapping = False
-    partitions = partition_files(Path(paths.snapshot_dir) / "follow_edges")
-    counts.partitions.extend(partitions)
-    files = [(shard_id, path) for shard_id, found in partitions.items() for path in found]
-    capped = _capped_in_order(
-        [path for _, path in files], index, hop2_cap, settings.sample_seed, row_order
-    )
-    with closing(capped):  # an error here stops the partitions still being capped
-        for (shard_id, path), (src, dst, full, piece_counts) in zip(files, capped, strict=True):
-            counts.add(piece_counts)
-            out_degree += full
-            piece_degree = np.bincount(src, minlength=n_nodes)
-            overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
-            degree += piece_degree
-            piece = (spill / f"{len(pieces):06d}.src.npy", spill / f"{len(pieces):06d}.dst.npy")
-            np.save(piece[0], src, allow_pickle=False)
-            np.save(piece[1], dst, allow_pickle=False)
-            pieces.append(piece)
-            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
-            del src, dst, full, piece_degree
+    for piece in pieces:
+        counts.add(piece.counts)
+        out_degree[np.load(piece.followers)] += np.load(piece.out_degree)
+        piece_degree = np.bincount(np.load(piece.src), minlength=n_nodes)
+        overlapping = overlapping or bool(((degree > 0) & (piece_degree > 0)).any())
+        degree += piece_degree
+        del piece_degree
 
     if overlapping:
-        # A follower split across partitions (not the snapshot's layout, but harmless): the
-        # union of per-partition prefixes contains the global prefix, so re-sort and re-cap.
-        src = np.concatenate([np.load(p[0]) for p in pieces])
-        dst = np.concatenate([np.load(p[1]) for p in pieces])
+        # A follower split across files (not the snapshot's layout, but harmless): the
+        # union of per-file prefixes contains the global prefix, so re-sort and re-cap.
+        src = np.concatenate([np.load(p.src) for p in pieces])
+        dst = np.concatenate([np.load(p.dst) for p in pieces])
         user_ids = index.user_ids
         keys = row_order.keys(
             user_ids[src], user_ids[dst], src, dst, np.zeros(len(src), dtype=np.int64),
@@ -267,9 +259,9 @@ def assemble_rows(
             indices[:] = dst  # already in row order
         else:
             # Pass 2: each row lives in exactly one piece, already in row order: scatter it.
-            for src_path, dst_path in pieces:
-                src = np.load(src_path)
-                indices[indptr[src] + rank_within_groups(src)] = np.load(dst_path)
+            for piece in pieces:
+                src = np.load(piece.src)
+                indices[indptr[src] + rank_within_groups(src)] = np.load(piece.dst)
         indices.flush()
         del indices
     return indptr, degree, out_degree, n_edges

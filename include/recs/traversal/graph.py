@@ -27,17 +27,17 @@ The node universe is ``snapshot/users.parquet``; follow edges come from
 ``snapshot/follow_edges`` (not ``active``: not expanded; an endpoint missing from ``users``,
 self-follows and duplicate pairs: dropped and counted in ``meta.json``), the activity and
 followers from the dbt export ``exports/candidate_profiles.parquet`` (so it runs after
-``build_models``). The rows are capped and cut in ``hop2_order`` by ``capped_rows``, with
-vectorised NumPy, ``capped_rows.GRAPH_THREADS`` snapshot partitions at a time: peak memory is
-that many partitions' edges plus the capped result. Errors: ``RunNotFoundError``,
-``SchemaMismatchError``, ``StaleGraphError``.
+``build_models``). The rows are capped and cut in ``hop2_order`` partition by partition into
+pieces (``graph_pieces``: mapped ``cap_graph`` tasks, or ``build_graph`` in one process,
+``capped_rows.GRAPH_THREADS`` files at a time), then assembled (``assemble_graph``): a task's
+peak memory is its files' edges, or the largest piece, plus ``n_nodes`` arrays. Errors:
+``RunNotFoundError``, ``SchemaMismatchError``, ``StaleGraphError``, ``StalePieceError``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +46,16 @@ from typing import Any
 import numpy as np
 
 from recs.errors import RecsError, RunNotFoundError, SchemaMismatchError
-from recs.files import atomic_write, read_json, staging_name, write_json
-from recs.traversal.capped_rows import EdgeCounts, RowOrder, assemble_rows, reciprocal_pair_codes
+from recs.files import read_json, write_json
+from recs.traversal.capped_rows import EdgeCounts, assemble_rows
+from recs.traversal.graph_pieces import (
+    GraphContext,
+    cap_pieces,
+    graph_context,
+    plan_pieces,
+    planned_pieces,
+    save_npy,
+)
 from recs.traversal.ids import DenseIndex
 from recs.traversal.predicates import recommendable_bits, recommendable_profiles
 from recs.traversal.ranking import activity_term, path_weights
@@ -63,39 +71,11 @@ GRAPH_FILES = (
 #: in_degree.npy, reciprocal_pairs.npy and the hop2 order; 5: recommendable.npy (older graphs:
 #: rebuild).
 GRAPH_FORMAT_VERSION = 5
-#: Partitions capped at once (``_capped_in_order``): the Parquet read, NumPy's sorts, gathers
-#: and bincounts release the GIL, so two threads use both cores of a small machine (the 16
-#: partitions of 1 M users: 8.4-8.6 s on one thread, 4.9-5.4 s on two, 6.0 s on three;
-#: ``bench/README.md``, "The night at scale"). Memory: this many partitions' edges at once.
 
 
 class StaleGraphError(RecsError):
     """The run's graph was built with other settings (``hop2_cap``, ``sample_seed``,
     ``half_life_days``, ``ranking``, ``hop2_order``) or for another ``as_of``."""
-
-
-def read_user_ids(users_path: Path) -> np.ndarray:
-    """Sorted unique ``user_id`` values of ``users.parquet`` as ``int64`` (the dense id map)."""
-    import polars as pl
-
-    frame = pl.read_parquet(users_path, columns=["user_id"])
-    if frame.schema["user_id"] != pl.Int64:
-        raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
-    return np.unique(frame["user_id"].drop_nulls().to_numpy())
-
-
-def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
-    """``int32[n_nodes]``: each account's ``in_degree`` in ``candidate_profiles.parquet`` (0 for
-    an account without a row)."""
-    import polars as pl
-
-    frame = pl.read_parquet(profiles_path, columns=["candidate_id", "in_degree"])
-    in_degree = np.zeros(n_nodes, dtype=np.int32)
-    dense = index(frame["candidate_id"].to_numpy())
-    known = dense >= 0
-    values = frame["in_degree"].fill_null(0).to_numpy().astype(np.int64)[known]
-    in_degree[dense[known]] = np.clip(values, 0, np.iinfo(np.int32).max)
-    return in_degree
 
 
 def smallest_hub_in_degree(hubs_path: Path) -> int:
@@ -159,98 +139,88 @@ def account_active(users_path: Path, index: DenseIndex, n_nodes: int) -> np.ndar
     return active
 
 
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_write(path, binary=True) as handle:
-        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
-
-
 def build_graph(paths, settings) -> dict[str, Any]:
-    """Build the run's capped CSR graph from the snapshot's active follows.
+    """Build the run's capped CSR graph in one process: ``graph_pieces.plan_pieces``, every
+    partition's ``cap_pieces`` (``GRAPH_THREADS`` files at once), then ``assemble_graph``. The
+    night's DAG runs the same three as ``plan_graph``, mapped ``cap_graph`` tasks and
+    ``build_graph``: the bytes are the same.
 
     Reads ``paths.snapshot_dir / "users.parquet"`` (``user_id`` Int64) and every
-    ``follow_edges/shard_id=*/part-*.parquet`` (contract ``SNAPSHOT_SCHEMAS["follow_edges"]``);
-    writes the files listed in the module docstring under ``paths.graph_dir`` (each atomically;
-    identical bytes on rerun). Row ``u`` holds ``u``'s first ``settings.hop2_cap`` active
-    follows in sample order (``settings.sample_seed``).
+    ``follow_edges/shard_id=*/part-*.parquet`` (contract ``SNAPSHOT_SCHEMAS["follow_edges"]``).
+    Returns what ``assemble_graph`` returns; raises what the three raise.
+    """
+    started = time.perf_counter()
+    plan = plan_pieces(paths, settings)
+    context = graph_context(paths, settings)
+    cap_pieces(paths, settings, plan["partitions"], context)
+    return assemble_graph(paths, settings, context, started=started)
+
+
+def assemble_graph(
+    paths, settings, context: GraphContext | None = None, *, started: float | None = None
+) -> dict[str, Any]:
+    """Assemble the run's capped CSR graph from its pieces (``graph_pieces``) under
+    ``paths.graph_dir``: the files listed in the module docstring, each atomically, identical
+    bytes on rerun. Row ``u`` holds ``u``'s first ``settings.hop2_cap`` active follows in
+    ``settings.hop2_order`` (sample order: ``settings.sample_seed``).
 
     Also writes ``activity.npy`` (``candidate_activity`` of ``exports/candidate_profiles.parquet``
     at ``paths.as_of`` and ``settings.half_life_days``), ``in_degree.npy`` (its ``in_degree``),
     ``path_weight.npy`` (``ranking.path_weights`` of ``settings.ranking`` over each account's
-    active follows and its followers), ``reciprocal_pairs.npy`` (if ``hop1_order`` or
-    ``hop2_order`` is ``reciprocity``) and ``id_index.npy``; rows are cut in
-    ``settings.hop2_order``.
+    active follows and its followers), ``reciprocal_pairs.npy`` (the plan's) and
+    ``id_index.npy``.
 
     Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds", **meta counts}``.
-    Raises ``RunNotFoundError`` if ``users.parquet`` or the candidate profiles export is missing
-    and ``SchemaMismatchError`` if ``user_id`` is not Int64.
+    Raises ``RunNotFoundError`` if ``users.parquet``, the plan or the candidate profiles export is
+    missing, ``StalePieceError`` naming the partitions whose pieces are missing or stale and
+    ``SchemaMismatchError`` if ``user_id`` is not Int64.
     """
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
+    context = context or graph_context(paths, settings)
     users_path = Path(paths.snapshot_dir) / "users.parquet"
-    if not users_path.exists():
-        raise RunNotFoundError(
-            f"missing snapshot users file {users_path}: freeze the snapshot first"
-        )
-    user_ids = read_user_ids(users_path)
-    n_nodes = len(user_ids)
-    hop2_cap = int(settings.hop2_cap)
-    counts = EdgeCounts()
-    index = DenseIndex(user_ids)
-    profiles_path = Path(paths.exports_dir) / "candidate_profiles.parquet"
-    in_degree = (
-        profile_in_degrees(profiles_path, index, n_nodes) if profiles_path.exists()
-        else np.zeros(n_nodes, dtype=np.int32)
-    )
-    needs_reciprocity = "reciprocity" in (settings.hop1_order, settings.hop2_order)
-    reciprocal_codes = (
-        reciprocal_pair_codes(paths.snapshot_dir, index) if needs_reciprocity
-        else np.zeros(0, dtype=np.uint64)
-    )
-    row_order = RowOrder(settings.hop2_order, in_degree, reciprocal_codes)
+    user_ids, index, in_degree = context.user_ids, context.index, context.in_degree
+    n_nodes = context.n_nodes
+    pieces = list(planned_pieces(paths, context.plan))  # refuses missing and stale ones first
+    counts = EdgeCounts(partitions=list(context.plan["partitions"]))
 
     graph_dir = Path(paths.graph_dir)
     graph_dir.mkdir(parents=True, exist_ok=True)
     (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built
     # what a killed attempt left (the run's lock is held: no other build is running)
-    for leftover in graph_dir.parent.glob(f".{graph_dir.name}.*.pieces"):
-        shutil.rmtree(leftover, ignore_errors=True)
     for leftover in graph_dir.glob(".*.tmp"):
         leftover.unlink(missing_ok=True)
-    spill = graph_dir.with_name(staging_name(graph_dir.name, ".pieces"))
-    spill.mkdir()
-    try:
-        indptr, degree, out_degree, n_edges = assemble_rows(
-            paths, settings, index, n_nodes, counts, row_order, spill, graph_dir / "indices.npy"
-        )
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
+    indptr, degree, out_degree, n_edges = assemble_rows(
+        pieces, index, n_nodes, counts, context.row_order, settings, graph_dir / "indices.npy"
+    )
 
     as_of = paths.as_of.astimezone(dt.UTC).replace(tzinfo=None)
+    profiles_path = Path(paths.exports_dir) / "candidate_profiles.parquet"
     activity = candidate_activity(profiles_path, index, n_nodes, as_of, settings.half_life_days)
     weights = path_weights(settings.ranking, out_degree, in_degree)
     hub_in_degree = smallest_hub_in_degree(Path(paths.exports_dir) / "hub_accounts.parquet")
     id_array, id_spec = index.saved()
 
-    _save_npy(graph_dir / "user_ids.npy", user_ids.astype(np.int64))
-    _save_npy(graph_dir / "indptr.npy", indptr)
-    _save_npy(graph_dir / "activity.npy", activity)
-    _save_npy(graph_dir / "recommendable.npy", recommendable_bits(activity))
+    save_npy(graph_dir / "user_ids.npy", user_ids.astype(np.int64))
+    save_npy(graph_dir / "indptr.npy", indptr)
+    save_npy(graph_dir / "activity.npy", activity)
+    save_npy(graph_dir / "recommendable.npy", recommendable_bits(activity))
     active_accounts = account_active(users_path, index, n_nodes)
-    _save_npy(graph_dir / "account_active.npy", active_accounts)
-    _save_npy(graph_dir / "path_weight.npy", weights)
-    _save_npy(graph_dir / "in_degree.npy", in_degree)
-    _save_npy(graph_dir / "reciprocal_pairs.npy", reciprocal_codes)
-    _save_npy(graph_dir / "id_index.npy", id_array)
+    save_npy(graph_dir / "account_active.npy", active_accounts)
+    save_npy(graph_dir / "path_weight.npy", weights)
+    save_npy(graph_dir / "in_degree.npy", in_degree)
+    save_npy(graph_dir / "reciprocal_pairs.npy", context.reciprocal_codes)
+    save_npy(graph_dir / "id_index.npy", id_array)
     meta = {
         "format_version": GRAPH_FORMAT_VERSION,
         "n_nodes": int(n_nodes),
         "n_edges": n_edges,
-        "hop2_cap": hop2_cap,
+        "hop2_cap": int(settings.hop2_cap),
         "sample_seed": int(settings.sample_seed),
         "as_of": as_of.isoformat(),
         "half_life_days": float(settings.half_life_days),
         "ranking": settings.ranking,
         "hop2_order": settings.hop2_order,
-        "reciprocity": bool(needs_reciprocity),
+        "reciprocity": bool(context.plan["reciprocity"]),
         "max_in_degree": int(in_degree.max()) if n_nodes else 0,
         "hub_in_degree": hub_in_degree,
         "recommendable_nodes": int(np.count_nonzero(~np.isnan(activity))),

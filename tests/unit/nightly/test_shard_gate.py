@@ -242,16 +242,16 @@ def test_unexpected_value_counts_are_summed_over_shards(tmp_path):
     ],
 )
 def test_the_gate_groups_cover_the_plan_in_order(n_shards, per_task, groups):
-    from recs.nightly.shard_plan import gate_groups
+    from recs.nightly.shard_plan import task_groups
 
-    assert gate_groups(list(range(n_shards)), per_task) == groups
+    assert task_groups(list(range(n_shards)), per_task) == groups
 
 
 def test_a_gate_group_of_no_shards_per_task_is_refused():
-    from recs.nightly.shard_plan import gate_groups
+    from recs.nightly.shard_plan import task_groups
 
     with pytest.raises(ValueError, match="at least 1"):
-        gate_groups([0, 1], 0)
+        task_groups([0, 1], 0)
 
 
 def _with_frozen_settings(paths, settings):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import threading
 
 import numpy as np
@@ -252,17 +253,19 @@ def test_a_build_that_fails_half_way_leaves_no_graph_that_looks_built(tmp_path, 
 
 
 def test_a_rebuild_removes_what_a_killed_build_left(tmp_path):
-    """A build killed mid-way (SIGKILL: no cleanup runs) leaves its spilled pieces beside graph/
-    and the memory-mapped indices' temporary file inside it: the next build removes both."""
+    """A build killed mid-way (SIGKILL: no cleanup runs) leaves a piece's temporary file and an
+    array of a file the partition no longer has, and the memory-mapped indices' temporary file
+    inside graph/: the next build removes them."""
     paths, settings = tiny_graph(tmp_path)
     build_graph(paths, settings)
-    pieces = paths.run_dir / ".graph.999-dead.pieces"
-    pieces.mkdir()
-    (pieces / "000000.src.npy").write_bytes(b"x" * 1000)
+    piece = next((paths.run_dir / "graph_pieces").glob("shard_id=*"))
+    left = [piece / ".000.src.npy.999-dead.tmp", piece / "007.src.npy"]
+    for path in left:
+        path.write_bytes(b"x" * 1000)
     stale = paths.graph_dir / ".indices.npy.999-dead.tmp"
     stale.write_bytes(b"x" * 1000)
     build_graph(paths, settings)
-    assert not pieces.exists() and not stale.exists()
+    assert not stale.exists() and not any(path.exists() for path in left)
     assert load_graph(paths.graph_dir).follows(1) == [3, 4, 5]
 
 
@@ -346,3 +349,62 @@ def test_a_partition_failing_on_its_thread_stops_the_build(tmp_path, monkeypatch
     assert not (paths.graph_dir / "meta.json").exists()
     assert not [p for p in paths.run_dir.iterdir() if p.name.startswith(".")]
     assert not [t for t in threading.enumerate() if t.name.startswith("recs-graph")]
+
+
+@pytest.mark.parametrize("hop2_order", ["sample", "popularity", "reciprocity"])
+def test_the_graph_capped_by_partition_groups_is_the_one_process_graph(tmp_path, hop2_order):
+    """The DAG's way (a plan, the partitions capped in groups by separate calls, in another
+    order, each reading its own id map, then the assembly) writes every file of the graph with
+    the bytes ``build_graph`` writes in one process."""
+    from recs.traversal.graph import assemble_graph
+    from recs.traversal.graph_pieces import cap_pieces, plan_pieces
+
+    paths, _, _ = many_partitions(tmp_path)
+    settings = settings_for(tmp_path, shard_count=6, hop2_cap=7, hop2_order=hop2_order)
+    build_graph(paths, settings)
+    whole = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    shutil.rmtree(paths.graph_dir)
+    shutil.rmtree(paths.run_dir / "graph_pieces")
+
+    plan = plan_pieces(paths, settings)
+    assert plan["partitions"] == list(range(6))
+    assert plan["reciprocity"] is (hop2_order == "reciprocity")
+    for group in ([4, 5], [0, 1, 2], [3]):
+        cap_pieces(paths, settings, group)
+    assemble_graph(paths, settings)
+    assert {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())} == whole
+
+
+def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
+    """The assembly takes a piece only through its piece.json with the plan's inputs: a piece
+    whose piece.json is gone (a cap killed half-way) and the pieces of an earlier plan (another
+    hop2_cap) are refused, naming the partitions; a plan from another snapshot manifest is
+    refused; once capped again, the graph is the one-process graph."""
+    from recs.traversal.graph import assemble_graph
+    from recs.traversal.graph_pieces import StalePieceError, cap_pieces, plan_pieces
+
+    paths, settings, _ = many_partitions(tmp_path)
+    build_graph(paths, settings)
+    whole = (paths.graph_dir / "indices.npy").read_bytes()
+    (paths.run_dir / "graph_pieces" / "shard_id=003" / "piece.json").unlink()
+    with pytest.raises(StalePieceError, match=r"partitions \[3\]"):
+        assemble_graph(paths, settings)
+
+    smaller = settings.model_copy(update={"hop2_cap": 5})
+    plan_pieces(paths, smaller)
+    assert not (paths.graph_dir / "meta.json").exists()  # a new plan: the graph is not built
+    cap_pieces(paths, smaller, [0, 1])
+    with pytest.raises(StalePieceError, match=r"partitions \[2, 3, 4, 5\]"):
+        assemble_graph(paths, smaller)
+    with pytest.raises(StalePieceError, match="not in the run's graph plan"):
+        cap_pieces(paths, smaller, [6])
+
+    plan_pieces(paths, settings)
+    manifest = read_json(paths.snapshot_manifest)
+    write_json(paths.snapshot_manifest, {**manifest, "refrozen": True})
+    with pytest.raises(StalePieceError, match="another snapshot or other settings"):
+        cap_pieces(paths, settings, [0])
+    write_json(paths.snapshot_manifest, manifest)
+    cap_pieces(paths, settings, [0, 1, 2, 3, 4, 5])
+    assemble_graph(paths, settings)
+    assert (paths.graph_dir / "indices.npy").read_bytes() == whole

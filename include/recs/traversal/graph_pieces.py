@@ -1,0 +1,321 @@
+"""The capped graph built partition by partition: a plan, one piece per snapshot partition, then
+the assembly (``graph.assemble_graph``), so the night's DAG spreads the capping over workers.
+
+``plan_pieces`` writes ``graph_pieces/plan.json`` (the partitions and the inputs every piece must
+be computed from) and ``reciprocal_pairs.npy`` (the follows followed back, when ``hop1_order`` or
+``hop2_order`` is ``reciprocity``: one pass over every partition, 8 bytes per follow; empty
+otherwise). ``cap_pieces`` caps the follows of some partitions (``capped_rows``, ``GRAPH_THREADS``
+files at once) into ``graph_pieces/shard_id=NNN/``, one set per Parquet file ``i`` of it::
+
+    iii.src.npy  int32[k]   dense follower of each capped follow, rows in ``hop2_order``
+    iii.dst.npy  int32[k]   dense followee
+    iii.followers.npy  int32[f]   the followers with an active follow in the file
+    iii.out_degree.npy int64[f]   each one's distinct active follows, uncapped
+    piece.json   the plan's inputs, the files and their ``EdgeCounts`` (written last)
+
+A piece counts only through its ``piece.json`` with the plan's ``inputs`` (the snapshot
+manifest's sha256, ``hop2_cap``, ``sample_seed``, ``hop2_order``): one of another snapshot or
+settings is stale and the assembly refuses it, naming the partitions to cap again. Memory of a
+capping task: its id map and in-degrees (``n_nodes``) plus ``GRAPH_THREADS`` files' follows,
+never the graph's. Errors: ``RunNotFoundError``, ``StaleGraphError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recs.errors import RecsError, RunNotFoundError
+from recs.files import atomic_write, read_json, write_json
+from recs.sharding import partition_files
+from recs.traversal.capped_rows import (
+    EdgeCounts,
+    RowOrder,
+    capped_in_order,
+    reciprocal_pair_codes,
+)
+from recs.traversal.ids import DenseIndex
+
+log = logging.getLogger("recs.graph")
+
+PIECES = "graph_pieces"
+#: 1: one piece per partition, a set of arrays per Parquet file.
+PIECE_FORMAT = 1
+
+
+class StalePieceError(RecsError):
+    """A partition's piece is missing, half written, or computed from another snapshot or
+    other settings than the run's graph plan."""
+
+
+def pieces_dir(paths) -> Path:
+    return Path(paths.run_dir) / PIECES
+
+
+def piece_dir(paths, shard_id: int) -> Path:
+    return pieces_dir(paths) / f"shard_id={shard_id:03d}"
+
+
+def needs_reciprocity(settings) -> bool:
+    return "reciprocity" in (settings.hop1_order, settings.hop2_order)
+
+
+def piece_inputs(paths, settings) -> dict[str, Any]:
+    """What every piece of this run is computed from: the snapshot manifest's sha256 (None for a
+    snapshot without one) and the settings that cut rows."""
+    manifest = Path(paths.snapshot_manifest)
+    digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.exists() else None
+    return {
+        "format": PIECE_FORMAT,
+        "snapshot_manifest_sha256": digest,
+        "hop2_cap": int(settings.hop2_cap),
+        "sample_seed": int(settings.sample_seed),
+        "hop2_order": settings.hop2_order,
+    }
+
+
+def snapshot_partitions(paths) -> list[int]:
+    """The snapshot's follow-edge partitions: the manifest's ``follow_edges_shards`` (so a
+    machine without the edges can list them), else the ``shard_id=`` folders found."""
+    manifest = Path(paths.snapshot_manifest)
+    if manifest.exists():
+        listed = read_json(manifest).get("follow_edges_shards")
+        if listed is not None:
+            return sorted({int(shard["shard_id"]) for shard in listed})
+    return list(partition_files(Path(paths.snapshot_dir) / "follow_edges"))
+
+
+def read_user_ids(users_path: Path) -> np.ndarray:
+    """Sorted unique ``user_id`` values of ``users.parquet`` as ``int64`` (the dense id map).
+    Raises ``RunNotFoundError`` if the file is missing, ``SchemaMismatchError`` if ``user_id``
+    is not Int64."""
+    import polars as pl
+
+    from recs.errors import SchemaMismatchError
+
+    if not Path(users_path).exists():
+        raise RunNotFoundError(
+            f"missing snapshot users file {users_path}: freeze the snapshot first"
+        )
+    frame = pl.read_parquet(users_path, columns=["user_id"])
+    if frame.schema["user_id"] != pl.Int64:
+        raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
+    return np.unique(frame["user_id"].drop_nulls().to_numpy())
+
+
+def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
+    """``int32[n_nodes]``: each account's ``in_degree`` in ``candidate_profiles.parquet`` (0 for
+    an account without a row, and for all of them if the export is missing)."""
+    import polars as pl
+
+    in_degree = np.zeros(n_nodes, dtype=np.int32)
+    if not Path(profiles_path).exists():
+        return in_degree
+    frame = pl.read_parquet(profiles_path, columns=["candidate_id", "in_degree"])
+    dense = index(frame["candidate_id"].to_numpy())
+    known = dense >= 0
+    values = frame["in_degree"].fill_null(0).to_numpy().astype(np.int64)[known]
+    in_degree[dense[known]] = np.clip(values, 0, np.iinfo(np.int32).max)
+    return in_degree
+
+
+@dataclass(frozen=True)
+class GraphContext:
+    """What capping and assembly share: the id map, the in-degrees, the reciprocal pairs, the
+    row order and the plan (``plan.json``)."""
+
+    user_ids: np.ndarray
+    index: DenseIndex
+    in_degree: np.ndarray
+    reciprocal_codes: np.ndarray
+    row_order: RowOrder
+    plan: dict[str, Any]
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.user_ids)
+
+
+def plan_pieces(paths, settings) -> dict[str, Any]:
+    """Write the run's graph plan, ``graph_pieces/plan.json`` and ``reciprocal_pairs.npy``
+    (module docstring), and withdraw the built graph's ``meta.json`` (it is built again from
+    this plan); returns the plan ``{"inputs", "partitions", "reciprocity"}``."""
+    folder = pieces_dir(paths)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plan.json").unlink(missing_ok=True)  # a plan half rewritten is no plan
+    # and the graph is to be assembled again: until then it does not look built
+    (Path(paths.graph_dir) / "meta.json").unlink(missing_ok=True)
+    reciprocity = needs_reciprocity(settings)
+    codes = np.zeros(0, dtype=np.uint64)
+    if reciprocity:
+        index = DenseIndex(read_user_ids(Path(paths.snapshot_dir) / "users.parquet"))
+        codes = reciprocal_pair_codes(paths.snapshot_dir, index)
+    save_npy(folder / "reciprocal_pairs.npy", codes)
+    plan = {
+        "inputs": piece_inputs(paths, settings),
+        "partitions": snapshot_partitions(paths),
+        "reciprocity": reciprocity,
+    }
+    write_json(folder / "plan.json", plan)
+    return plan
+
+
+def read_plan(paths, settings) -> dict[str, Any]:
+    """The run's graph plan, checked against the run. Raises ``RunNotFoundError`` without one,
+    ``StalePieceError`` for one made from another snapshot or other settings."""
+    path = pieces_dir(paths) / "plan.json"
+    if not path.exists():
+        raise RunNotFoundError(f"no graph plan {path}: run plan_graph first")
+    plan = read_json(path)
+    if plan.get("inputs") != piece_inputs(paths, settings):
+        raise StalePieceError(
+            f"the graph plan {path} was made from another snapshot or other settings: run "
+            "plan_graph again, then cap_graph"
+        )
+    return plan
+
+
+def graph_context(paths, settings) -> GraphContext:
+    """The id map (``users.parquet``), the in-degrees (``exports/candidate_profiles.parquet``),
+    the plan's reciprocal pairs and the row order of ``settings.hop2_order``."""
+    plan = read_plan(paths, settings)
+    user_ids = read_user_ids(Path(paths.snapshot_dir) / "users.parquet")
+    index = DenseIndex(user_ids)
+    profiles = Path(paths.exports_dir) / "candidate_profiles.parquet"
+    in_degree = profile_in_degrees(profiles, index, len(user_ids))
+    codes = np.load(pieces_dir(paths) / "reciprocal_pairs.npy", allow_pickle=False)
+    return GraphContext(
+        user_ids=user_ids, index=index, in_degree=in_degree, reciprocal_codes=codes,
+        row_order=RowOrder(settings.hop2_order, in_degree, codes), plan=plan,
+    )
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` through ``atomic_write``: a reader sees the old file or the whole new one."""
+    with atomic_write(path, binary=True) as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def cap_pieces(
+    paths, settings, shard_ids: list[int], context: GraphContext | None = None
+) -> list[dict[str, Any]]:
+    """Cap the follows of partitions ``shard_ids`` into their pieces (module docstring),
+    ``GRAPH_THREADS`` files at once, in the given order; each piece's ``piece.json`` is removed
+    first and written once its arrays are. Returns ``[{"shard_id", "capped_edges", **counts}]``.
+    Raises ``RunNotFoundError`` (no plan, no users file) and ``StalePieceError`` (a stale plan,
+    or a partition the plan does not list).
+    """
+    context = context or graph_context(paths, settings)
+    unplanned = sorted(set(shard_ids) - set(context.plan["partitions"]))
+    if unplanned:
+        raise StalePieceError(
+            f"partitions {unplanned} are not in the run's graph plan "
+            f"{context.plan['partitions']}"
+        )
+    found = partition_files(Path(paths.snapshot_dir) / "follow_edges")
+    files = [(shard_id, path) for shard_id in shard_ids for path in found.get(shard_id, [])]
+    for shard_id in shard_ids:
+        folder = piece_dir(paths, shard_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "piece.json").unlink(missing_ok=True)
+        for leftover in folder.iterdir():  # an earlier attempt's arrays, maybe more files
+            leftover.unlink()
+    capped = capped_in_order(
+        [path for _, path in files], context.index, int(settings.hop2_cap),
+        settings.sample_seed, context.row_order,
+    )
+    results = []
+    with closing(capped):  # an error here stops the files still being capped
+        done: dict[int, list[tuple[str, EdgeCounts, int]]] = {i: [] for i in shard_ids}
+        remaining = {i: len(found.get(i, [])) for i in shard_ids}
+        for shard_id in [i for i in shard_ids if remaining[i] == 0]:
+            results.append(_write_piece(paths, shard_id, context.plan["inputs"], []))
+        for (shard_id, path), (src, dst, full, counts) in zip(files, capped, strict=True):
+            folder = piece_dir(paths, shard_id)
+            stem = f"{len(done[shard_id]):03d}"
+            followers = np.flatnonzero(full).astype(np.int32)
+            save_npy(folder / f"{stem}.src.npy", src)
+            save_npy(folder / f"{stem}.dst.npy", dst)
+            save_npy(folder / f"{stem}.followers.npy", followers)
+            save_npy(folder / f"{stem}.out_degree.npy", full[followers])
+            done[shard_id].append((path.name, counts, len(src)))
+            log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
+            del src, dst, full, followers
+            remaining[shard_id] -= 1
+            if remaining[shard_id] == 0:
+                results.append(
+                    _write_piece(paths, shard_id, context.plan["inputs"], done[shard_id])
+                )
+    return results
+
+
+def _write_piece(
+    paths, shard_id: int, inputs: dict[str, Any], files: list[tuple[str, EdgeCounts, int]]
+) -> dict[str, Any]:
+    counts = EdgeCounts()
+    for _, file_counts, _ in files:
+        counts.add(file_counts)
+    document = {
+        "shard_id": shard_id,
+        "inputs": inputs,
+        "files": [
+            {"name": name, "capped_edges": n, "counts": _counts_dict(file_counts)}
+            for name, file_counts, n in files
+        ],
+    }
+    write_json(piece_dir(paths, shard_id) / "piece.json", document)
+    return {"shard_id": shard_id, "capped_edges": sum(n for *_, n in files),
+            **_counts_dict(counts)}
+
+
+def _counts_dict(counts: EdgeCounts) -> dict[str, int]:
+    return {name: value for name, value in asdict(counts).items() if name != "partitions"}
+
+
+@dataclass(frozen=True)
+class PieceFile:
+    """One Parquet file's capped follows in a piece (``load`` each array when needed)."""
+
+    shard_id: int
+    src: Path
+    dst: Path
+    followers: Path
+    out_degree: Path
+    counts: EdgeCounts
+
+
+def planned_pieces(paths, plan: dict[str, Any]) -> Iterator[PieceFile]:
+    """Every file of every planned partition's piece, in partition then file order (the order
+    ``cap_pieces`` wrote them). Raises ``StalePieceError`` naming every partition whose
+    ``piece.json`` is missing or has other inputs than ``plan``, before it yields any."""
+    documents, bad = {}, []
+    for shard_id in plan["partitions"]:
+        path = piece_dir(paths, shard_id) / "piece.json"
+        document = read_json(path) if path.exists() else None
+        if document is None or document.get("inputs") != plan["inputs"]:
+            bad.append(shard_id)
+        documents[shard_id] = document
+    if bad:
+        raise StalePieceError(
+            f"graph pieces of partitions {bad} of run {paths.run_id} are missing or were capped "
+            "from another snapshot or other settings: run cap_graph for them"
+        )
+    for shard_id, document in documents.items():
+        folder = piece_dir(paths, shard_id)
+        for number, entry in enumerate(document["files"]):
+            stem = f"{number:03d}"
+            yield PieceFile(
+                shard_id=shard_id,
+                src=folder / f"{stem}.src.npy",
+                dst=folder / f"{stem}.dst.npy",
+                followers=folder / f"{stem}.followers.npy",
+                out_degree=folder / f"{stem}.out_degree.npy",
+                counts=EdgeCounts(**entry["counts"]),
+            )
