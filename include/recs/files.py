@@ -58,16 +58,21 @@ def fsync_file(path: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: Path, *, sync_folder: bool = False) -> Iterator[Path]:
+def atomic_path(
+    path: Path, *, sync_folder: bool = False, durable: bool = True
+) -> Iterator[Path]:
     """A temporary path to write ``path`` through, for writers that take a path (Polars,
     PyArrow): on a clean exit the file there is fsynced and replaces ``path``; on an error it
-    is removed and ``path`` is left as it was."""
+    is removed and ``path`` is left as it was. ``durable=False`` skips the fsync (still
+    atomic): for scratch files whose reader checks them by a size recorded in a durable
+    document written after them (the graph's pieces)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(staging_name(path.name, ".tmp"))
     try:
         yield tmp
-        fsync_file(tmp)
+        if durable:
+            fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -77,10 +82,13 @@ def atomic_path(path: Path, *, sync_folder: bool = False) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_write(path: Path, *, binary: bool = False, sync_folder: bool = False) -> Iterator[IO]:
+def atomic_write(
+    path: Path, *, binary: bool = False, sync_folder: bool = False, durable: bool = True
+) -> Iterator[IO]:
     """An open file (text UTF-8, or ``binary``) whose contents replace ``path`` atomically and
-    durably on a clean exit (module docstring); on an error ``path`` is left as it was."""
-    with atomic_path(path, sync_folder=sync_folder) as tmp:
+    durably on a clean exit (module docstring; ``durable``: ``atomic_path``); on an error
+    ``path`` is left as it was."""
+    with atomic_path(path, sync_folder=sync_folder, durable=durable) as tmp:
         with tmp.open("wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
             yield handle
 

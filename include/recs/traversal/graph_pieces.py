@@ -11,11 +11,15 @@ files at once) into ``graph_pieces/shard_id=NNN/``, one set per Parquet file ``i
     iii.dst.npy  int32[k]   dense followee
     iii.followers.npy  int32[f]   the followers with an active follow in the file
     iii.out_degree.npy int64[f]   each one's distinct active follows, uncapped
-    piece.json   the plan's inputs, the files and their ``EdgeCounts`` (written last)
+    piece.json   the plan's inputs, the files, their ``EdgeCounts`` and each array's size in
+                 bytes (written last, durably)
 
 A piece counts only through its ``piece.json`` with the plan's ``inputs`` (the snapshot
-manifest's sha256, ``hop2_cap``, ``sample_seed``, ``hop2_order``): one of another snapshot or
-settings is stale and the assembly refuses it, naming the partitions to cap again. Memory of a
+manifest's sha256, ``hop2_cap``, ``sample_seed``, ``hop2_order``) and arrays of the sizes it
+records: one of another snapshot or settings, or with an array missing or of another size, is
+stale and the assembly refuses it, naming the partitions to cap again. The arrays are written
+atomically but not fsynced (scratch for the assembly; their fsyncs cost 0.3-0.5 s of the 1 M
+users' capping, ``bench/README.md``): the size check catches one a crash cut short. Memory of a
 capping task: its id map and in-degrees (``n_nodes``) plus ``GRAPH_THREADS`` files' follows,
 never the graph's. Errors: ``RunNotFoundError``, ``StaleGraphError``.
 """
@@ -197,10 +201,13 @@ def graph_context(paths, settings) -> GraphContext:
     )
 
 
-def save_npy(path: Path, array: np.ndarray) -> None:
-    """``np.save`` through ``atomic_write``: a reader sees the old file or the whole new one."""
-    with atomic_write(path, binary=True) as handle:
+def save_npy(path: Path, array: np.ndarray, *, durable: bool = True) -> int:
+    """``np.save`` through ``atomic_write``: a reader sees the old file or the whole new one.
+    Returns the file's size in bytes. ``durable=False``: not fsynced (a piece's arrays, which
+    ``piece.json`` records by size)."""
+    with atomic_write(path, binary=True, durable=durable) as handle:
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+    return Path(path).stat().st_size
 
 
 def cap_pieces(
@@ -233,7 +240,7 @@ def cap_pieces(
     )
     results = []
     with closing(capped):  # an error here stops the files still being capped
-        done: dict[int, list[tuple[str, EdgeCounts, int]]] = {i: [] for i in shard_ids}
+        done: dict[int, list[tuple]] = {i: [] for i in shard_ids}
         remaining = {i: len(found.get(i, [])) for i in shard_ids}
         for shard_id in [i for i in shard_ids if remaining[i] == 0]:
             results.append(_write_piece(paths, shard_id, context.plan["inputs"], []))
@@ -241,11 +248,13 @@ def cap_pieces(
             folder = piece_dir(paths, shard_id)
             stem = f"{len(done[shard_id]):03d}"
             followers = np.flatnonzero(full).astype(np.int32)
-            save_npy(folder / f"{stem}.src.npy", src)
-            save_npy(folder / f"{stem}.dst.npy", dst)
-            save_npy(folder / f"{stem}.followers.npy", followers)
-            save_npy(folder / f"{stem}.out_degree.npy", full[followers])
-            done[shard_id].append((path.name, counts, len(src)))
+            arrays = {"src": src, "dst": dst, "followers": followers,
+                      "out_degree": full[followers]}
+            sizes = {  # not fsynced: a size piece.json does not record makes the piece stale
+                name: save_npy(folder / f"{stem}.{name}.npy", array, durable=False)
+                for name, array in arrays.items()
+            }
+            done[shard_id].append((path.name, counts, len(src), sizes))
             log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
             del src, dst, full, followers
             remaining[shard_id] -= 1
@@ -256,27 +265,43 @@ def cap_pieces(
     return results
 
 
-def _write_piece(
-    paths, shard_id: int, inputs: dict[str, Any], files: list[tuple[str, EdgeCounts, int]]
-) -> dict[str, Any]:
+def _write_piece(paths, shard_id: int, inputs: dict[str, Any], files: list[tuple]) -> dict:
+    """``piece.json`` of a partition whose arrays are written: ``files`` is ``[(Parquet file
+    name, its EdgeCounts, capped edges, {array: size in bytes})]``."""
     counts = EdgeCounts()
-    for _, file_counts, _ in files:
+    for _, file_counts, _, _ in files:
         counts.add(file_counts)
     document = {
         "shard_id": shard_id,
         "inputs": inputs,
         "files": [
-            {"name": name, "capped_edges": n, "counts": _counts_dict(file_counts)}
-            for name, file_counts, n in files
+            {"name": name, "capped_edges": n, "counts": _counts_dict(file_counts),
+             "sizes": sizes}
+            for name, file_counts, n, sizes in files
         ],
     }
     write_json(piece_dir(paths, shard_id) / "piece.json", document)
-    return {"shard_id": shard_id, "capped_edges": sum(n for *_, n in files),
+    return {"shard_id": shard_id, "capped_edges": sum(file[2] for file in files),
             **_counts_dict(counts)}
 
 
 def _counts_dict(counts: EdgeCounts) -> dict[str, int]:
     return {name: value for name, value in asdict(counts).items() if name != "partitions"}
+
+
+def _whole(paths, shard_id: int, document: dict | None, inputs: dict[str, Any]) -> bool:
+    """Whether a piece's ``piece.json`` has the plan's ``inputs`` and each array it records is
+    there with its recorded size (one ``stat`` each: an array cut short by a crash, which
+    was not fsynced, or rewritten since, fails)."""
+    if document is None or document.get("inputs") != inputs:
+        return False
+    folder = piece_dir(paths, shard_id)
+    for number, entry in enumerate(document["files"]):
+        for name, size in entry["sizes"].items():
+            path = folder / f"{number:03d}.{name}.npy"
+            if not path.exists() or path.stat().st_size != size:
+                return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -299,7 +324,7 @@ def planned_pieces(paths, plan: dict[str, Any]) -> Iterator[PieceFile]:
     for shard_id in plan["partitions"]:
         path = piece_dir(paths, shard_id) / "piece.json"
         document = read_json(path) if path.exists() else None
-        if document is None or document.get("inputs") != plan["inputs"]:
+        if not _whole(paths, shard_id, document, plan["inputs"]):
             bad.append(shard_id)
         documents[shard_id] = document
     if bad:

@@ -376,8 +376,9 @@ def test_the_graph_capped_by_partition_groups_is_the_one_process_graph(tmp_path,
 
 
 def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
-    """The assembly takes a piece only through its piece.json with the plan's inputs: a piece
-    whose piece.json is gone (a cap killed half-way) and the pieces of an earlier plan (another
+    """The assembly takes a piece only through its piece.json with the plan's inputs and arrays
+    of the sizes it records: a piece whose piece.json is gone (a cap killed half-way), one with
+    an array cut short, and the pieces of an earlier plan (another
     hop2_cap) are refused, naming the partitions; a plan from another snapshot manifest is
     refused; once capped again, the graph is the one-process graph."""
     from recs.traversal.graph import assemble_graph
@@ -387,7 +388,9 @@ def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
     build_graph(paths, settings)
     whole = (paths.graph_dir / "indices.npy").read_bytes()
     (paths.run_dir / "graph_pieces" / "shard_id=003" / "piece.json").unlink()
-    with pytest.raises(StalePieceError, match=r"partitions \[3\]"):
+    cut = paths.run_dir / "graph_pieces" / "shard_id=005" / "000.dst.npy"  # not fsynced: a crash
+    cut.write_bytes(cut.read_bytes()[:-4])
+    with pytest.raises(StalePieceError, match=r"partitions \[3, 5\]"):
         assemble_graph(paths, settings)
 
     smaller = settings.model_copy(update={"hop2_cap": 5})
