@@ -156,3 +156,53 @@ def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(s3, tmp_path):
     with pytest.raises(RunStoreError, match="cannot reach it: EndpointConnectionError") as error:
         closed.check()
     assert "\n" not in str(error.value)
+
+
+def test_an_endpoint_that_never_answers_fails_in_bounded_time(tmp_path, monkeypatch):
+    """(From a review: 415 s.) A server that accepts connections and never answers: the S3 run
+    store's defaults (``S3_CONFIG``, kept under an option that sets one key of
+    ``config_kwargs``, and ``S3_CALL_RETRIES``) give up, with one line, in seconds at a 1 s
+    read timeout."""
+    import socket
+    import threading
+    import time
+
+    pytest.importorskip("s3fs")
+    from recs.errors import RunStoreError
+    from recs.nightly.artifacts import S3_CONFIG, RunStore
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_stay_silent() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept_and_stay_silent, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        store = RunStore(
+            f"s3://{BUCKET}/runs", {"endpoint_url": endpoint, "config_kwargs": {"read_timeout": 1}}
+        )
+        config = store.fs.config_kwargs
+        assert (config["connect_timeout"], config["read_timeout"], store.fs.retries) == (10, 1, 3)
+        assert S3_CONFIG["retries"] == {"max_attempts": 2}  # botocore rewrites its copy
+        started = time.monotonic()
+        with pytest.raises(RunStoreError, match="cannot reach it: ReadTimeoutError") as error:
+            store.check()
+        assert time.monotonic() - started < 30 and "\n" not in str(error.value)
+        assert held  # it did connect: the time went to waiting for an answer
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        listener.close()

@@ -49,6 +49,7 @@ written last makes a part visible at once and never half.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import fnmatch
 import json
@@ -129,6 +130,22 @@ def _first_line(error: BaseException) -> str:
     return text[:300]
 
 
+#: An S3 run store's defaults (botocore's ``Config`` through s3fs's ``config_kwargs``), under
+#: any the options set, and s3fs's own retries of a timed-out call (``S3_CALL_RETRIES``, its
+#: class default 5): without them an endpoint that accepts connections and never answered held
+#: a task for 415 s (a review's finding); with them a call gives up after about 3 x 2 x 20 s.
+#: ``read_timeout`` is per socket read, not per transfer.
+S3_CONFIG = {"connect_timeout": 10, "read_timeout": 20, "retries": {"max_attempts": 2}}
+S3_CALL_RETRIES = 3
+
+
+def s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``config_kwargs`` over ``S3_CONFIG``, key by key (a deep copy:
+    botocore rewrites the ``retries`` it is given in place)."""
+    config = copy.deepcopy({**S3_CONFIG, **(options.get("config_kwargs") or {})})
+    return {**options, "config_kwargs": config}
+
+
 class RunStore:
     """The run store at ``url`` (fsspec ``options``). Raises ``RunStoreError`` for a malformed
     URL or a protocol whose fsspec package is not installed (one line, naming the setting)."""
@@ -141,6 +158,13 @@ class RunStore:
         protocol = split_protocol(url)[0]
         if protocol in (None, "file", "local"):
             options.setdefault("auto_mkdir", True)  # a shared volume: make parent folders
+        if protocol in ("s3", "s3a"):
+            options = s3_options(options)
+        if protocol not in (None, "file", "local", "memory") and url.split("://", 1)[1][:1] == "/":
+            raise RunStoreError(
+                f"unusable run store {url!r} (RECS_RUN_STORE_URL): the bucket must follow "
+                f"'{protocol}://' directly ({protocol}://bucket/prefix), not a '/'"
+            )
         if protocol == "file":
             url = f"file://{_file_url_path(url)}"
         if protocol in (None, "local") and not Path(url.removeprefix("local://")).is_absolute():
@@ -154,6 +178,8 @@ class RunStore:
             raise RunStoreError(
                 f"unusable run store {url!r} (RECS_RUN_STORE_URL): {_first_line(error)}"
             ) from None
+        if protocol in ("s3", "s3a"):
+            self.fs.retries = S3_CALL_RETRIES
         self.root = root.rstrip("/")
         if not self.root.strip("/"):
             raise RunStoreError(

@@ -313,6 +313,9 @@ def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
     exit 2 and one line naming the setting, before anything is read from the live store."""
     with pytest.raises(RunStoreError, match="RECS_RUN_STORE_URL"):
         RunStore("nosuchprotocol://bucket/x")
+    # (from a review) a '/' before the bucket: its listings never matched its paths
+    with pytest.raises(RunStoreError, match=r"the bucket must follow 's3://' directly"):
+        RunStore("s3:///recs-runs/nightly")
     monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
     for url in ("nosuchprotocol://bucket/x", "gs://bucket/runs"):
         monkeypatch.setenv("RECS_RUN_STORE_URL", url)
