@@ -12,6 +12,8 @@ One home for these rules (light: standard library only):
   key-sorted, atomic) and ``read_json``.
 - **Hard links** of a finished file into another folder (``link_or_copy``).
 - **Checksums**: ``sha256_file`` (hex).
+- **Parquet read back** (``read_parquet``): a file cut short or overwritten is one
+  ``CorruptFileError`` naming it, not the reader's traceback (Polars, imported when called).
 """
 
 from __future__ import annotations
@@ -147,3 +149,21 @@ def sha256_file(path: Path) -> str:
         while block := handle.read(HASH_CHUNK_BYTES):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_parquet(path: Path, columns: list[str] | None = None):
+    """``polars.read_parquet(path, columns=columns)``; a file Polars cannot read (cut short,
+    overwritten, a column missing) raises ``CorruptFileError`` with the path and Polars' first
+    line, a missing one ``RunNotFoundError``."""
+    import polars as pl
+
+    path = Path(path)
+    try:
+        return pl.read_parquet(path, columns=columns)
+    except FileNotFoundError:
+        raise RunNotFoundError(f"missing file {path}") from None
+    except (pl.exceptions.PolarsError, OSError) as error:
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise CorruptFileError(
+            f"{path} is unreadable as Parquet ({reason}): rerun the stage that wrote it"
+        ) from None

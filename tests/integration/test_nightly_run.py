@@ -247,6 +247,33 @@ def test_rerunning_one_shard_from_the_cli_writes_identical_bytes(demo):
     assert _sha(output) == before
 
 
+def test_a_damaged_export_or_graph_file_fails_a_shard_rerun_with_one_line(demo):
+    """(From a review: a Polars traceback, an abort or a segfault.) An export or a graph file
+    cut short: ``recs shard run`` exits non-zero with one line naming the file; mended, the
+    rerun writes the shard again."""
+    run_dir = demo["run_dir"]
+    export = sorted((run_dir / "exports" / "follow_exclusions").glob("shard_id=3/*.parquet"))[0]
+    damaged = [
+        (export, f"{export} is unreadable as Parquet"),
+        (run_dir / "graph" / "indices.npy", "indices.npy is unreadable"),
+    ]
+    output = run_dir / "shards" / "shard_id=003" / "recommendations.parquet"
+    before = _sha(output)
+    for path, needle in damaged:
+        whole = path.read_bytes()
+        try:
+            path.write_bytes(whole[: len(whole) // 2])
+            result = _recs(demo, "shard", "run", "--snapshot-date", DATE, "--shard", "3",
+                           check=False)
+        finally:
+            path.write_bytes(whole)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode != 0 and len(lines) == 1, result.stderr
+        assert lines[0].startswith("recs: error:") and needle in lines[0], lines[0]
+    _recs(demo, "shard", "run", "--snapshot-date", DATE, "--shard", "3")
+    assert _sha(output) == before
+
+
 def test_poisoned_run_fails_the_gate_and_current_stays(demo, monkeypatch):
     """A second run whose shard output recommends an account the user already follows."""
     from recs.config import Settings

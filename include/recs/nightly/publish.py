@@ -489,10 +489,25 @@ def _record_in_run_store(run_id: str) -> None:
 
 @contextmanager
 def publisher_lock(published_dir: Path):
-    """Serialise publishers, rollbacks and ``recs gc`` (readers take no lock)."""
+    """Serialise publishers, rollbacks and ``recs gc`` (readers take no lock). The holder
+    writes its pid into ``published/.lock``; one that has to wait says so first (a warning
+    naming the lock and that pid), then waits: a publish is seconds, never abandoned."""
     published_dir.mkdir(parents=True, exist_ok=True)
-    with (published_dir / ".lock").open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    lock = published_dir / ".lock"
+    with lock.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            log.warning(
+                "waiting for %s: another publish, rollback or gc holds it (pid %s)", lock, holder
+            )
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
         try:
             yield
         finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recs.files import atomic_path
+from recs.files import atomic_path, read_parquet
 from recs.sampling import rank_within_groups, sample_keys
 from recs.sharding import partition_files
 from recs.traversal.hop_order import (
@@ -115,7 +115,7 @@ def _active_partition(path: Path, index: DenseIndex, counts: EdgeCounts | None):
     followees)`` original int64, ``(src, dst)`` dense, ``created_at`` int64 µs."""
     import polars as pl
 
-    frame = pl.read_parquet(path, columns=["follower_id", "followee_id", "created_at", "status"])
+    frame = read_parquet(path, ["follower_id", "followee_id", "created_at", "status"])
     active = frame.filter(pl.col("status") == "active")
     followers = active["follower_id"].to_numpy().astype(np.int64, copy=False)
     followees = active["followee_id"].to_numpy().astype(np.int64, copy=False)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from recs.errors import RecsError, RunNotFoundError
-from recs.files import atomic_write, read_json, write_json
+from recs.files import atomic_write, read_json, read_parquet, write_json
 from recs.sharding import partition_files
 from recs.traversal.capped_rows import (
     EdgeCounts,
@@ -108,7 +108,7 @@ def read_user_ids(users_path: Path) -> np.ndarray:
         raise RunNotFoundError(
             f"missing snapshot users file {users_path}: freeze the snapshot first"
         )
-    frame = pl.read_parquet(users_path, columns=["user_id"])
+    frame = read_parquet(users_path, ["user_id"])
     if frame.schema["user_id"] != pl.Int64:
         raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
     return np.unique(frame["user_id"].drop_nulls().to_numpy())
@@ -117,12 +117,11 @@ def read_user_ids(users_path: Path) -> np.ndarray:
 def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:
     """``int32[n_nodes]``: each account's ``in_degree`` in ``candidate_profiles.parquet`` (0 for
     an account without a row, and for all of them if the export is missing)."""
-    import polars as pl
 
     in_degree = np.zeros(n_nodes, dtype=np.int32)
     if not Path(profiles_path).exists():
         return in_degree
-    frame = pl.read_parquet(profiles_path, columns=["candidate_id", "in_degree"])
+    frame = read_parquet(profiles_path, ["candidate_id", "in_degree"])
     dense = index(frame["candidate_id"].to_numpy())
     known = dense >= 0
     values = frame["in_degree"].fill_null(0).to_numpy().astype(np.int64)[known]

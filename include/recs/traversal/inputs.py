@@ -22,6 +22,7 @@ import numpy as np
 
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS
 from recs.errors import RecsError
+from recs.files import read_parquet
 from recs.sampling import sample_key, seed_mixer
 from recs.sharding import partition_files, shard_array
 from recs.traversal.hop_order import (
@@ -55,7 +56,7 @@ def read_partition(root: Path, shard_id: int, columns: list[str], schema: dict):
     files = partition_files(root).get(int(shard_id), [])
     if not files:
         return pl.DataFrame(schema={c: schema[c] for c in columns})
-    return pl.concat([pl.read_parquet(f, columns=columns) for f in files], how="vertical")
+    return pl.concat([read_parquet(f, columns) for f in files], how="vertical")
 
 
 def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from recs.files import write_json
+from recs.files import read_parquet, write_json
 from recs.traversal.graph import check_built_for, load_graph
 from recs.traversal.inputs import shard_inputs
 from recs.traversal.kernel import recommend_users
@@ -30,12 +30,11 @@ def hub_traversals(paths, graph, inputs) -> int:
     the sum of the hubs' capped row lengths over every first-hop list of the shard. Against the
     shard's ``traversals``, the share of the work hub accounts carry (the design's hub
     monitoring). 0 without the export."""
-    import polars as pl
 
     path = Path(paths.exports_dir) / "hub_accounts.parquet"
     if not path.exists() or not len(inputs.hop1_nodes):
         return 0
-    hubs = graph.dense_ids(pl.read_parquet(path, columns=["user_id"])["user_id"].to_numpy())
+    hubs = graph.dense_ids(read_parquet(path, ["user_id"])["user_id"].to_numpy())
     through_hub = np.isin(inputs.hop1_nodes, hubs[hubs >= 0])
     nodes = inputs.hop1_nodes[through_hub].astype(np.int64)
     return int((graph.indptr[nodes + 1] - graph.indptr[nodes]).sum())

@@ -304,3 +304,46 @@ def test_republished_manifest_is_byte_identical(tmp_path, monkeypatch):
     os.utime(paths.shard_output(0), (0, 0))
     publish_run(paths, settings)
     assert (settings.published_dir / "night_1" / "manifest.json").read_bytes() == first
+
+
+def test_a_publisher_that_waits_for_the_lock_says_who_holds_it(tmp_path, caplog):
+    """(From a review: publish and rollback waited silently.) Another process holds
+    ``published/.lock``: a second publisher logs one warning naming the lock and the holder's
+    pid before it waits, and gets the lock once the holder lets go."""
+    import subprocess
+    import sys
+
+    published = tmp_path / "published"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys; from pathlib import Path; "
+            "from recs.nightly.publish import publisher_lock\n"
+            f"with publisher_lock(Path({str(published)!r})):\n"
+            "    print('held', flush=True); sys.stdin.read()"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        entered = threading.Event()
+
+        def publish() -> None:
+            with publish_module.publisher_lock(published):
+                entered.set()
+
+        with caplog.at_level("WARNING", logger=publish_module.log.name):
+            waiting = threading.Thread(target=publish)
+            waiting.start()
+            assert not entered.wait(1.0)  # it waits
+            warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warnings == [
+            f"waiting for {published / '.lock'}: another publish, rollback or gc holds it "
+            f"(pid {holder.pid})"
+        ]
+        holder.stdin.close()
+        assert entered.wait(30)
+        waiting.join()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (published / ".lock").read_text() == f"{os.getpid()}\n"
