@@ -134,7 +134,8 @@ def _first_line(error: BaseException) -> str:
 #: any the options set, and s3fs's own retries of a timed-out call (``S3_CALL_RETRIES``, its
 #: class default 5): without them an endpoint that accepts connections and never answered held
 #: a task for 415 s (a review's finding); with them a call gives up after about 3 x 2 x 20 s.
-#: ``read_timeout`` is per socket read, not per transfer.
+#: ``read_timeout`` is per socket read, not per transfer. Fewer retries than botocore's and
+#: s3fs's defaults (5 each) also on throttling: Airflow's retries of the task cover a burst.
 S3_CONFIG = {"connect_timeout": 10, "read_timeout": 20, "retries": {"max_attempts": 2}}
 S3_CALL_RETRIES = 3
 

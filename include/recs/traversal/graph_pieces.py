@@ -1,11 +1,12 @@
 """The capped graph built partition by partition: a plan, one piece per snapshot partition, then
 the assembly (``graph.assemble_graph``), so the night's DAG spreads the capping over workers.
 
-``plan_pieces`` writes ``graph_pieces/plan.json`` (the partitions and the inputs every piece must
-be computed from) and ``reciprocal_pairs.npy`` (the follows followed back, when ``hop1_order`` or
-``hop2_order`` is ``reciprocity``: one pass over every partition, 8 bytes per follow; empty
-otherwise). ``cap_pieces`` caps the follows of some partitions (``capped_rows``, ``GRAPH_THREADS``
-files at once) into ``graph_pieces/shard_id=NNN/``, one set per Parquet file ``i`` of it::
+``plan_pieces`` writes ``graph_pieces/plan.json`` (the partitions with their files and rows
+from the snapshot manifest, and the inputs every piece must be computed from) and
+``reciprocal_pairs.npy`` (the follows followed back, when ``hop1_order`` or ``hop2_order`` is
+``reciprocity``: one pass over every partition, 8 bytes per follow; empty otherwise).
+``cap_pieces`` caps the follows of some partitions (``capped_rows``, ``GRAPH_THREADS`` files at
+once) into ``graph_pieces/shard_id=NNN/``, one set per Parquet file ``iii`` of it::
 
     iii.src.npy  int32[k]   dense follower of each capped follow, rows in ``hop2_order``
     iii.dst.npy  int32[k]   dense followee
@@ -15,13 +16,15 @@ files at once) into ``graph_pieces/shard_id=NNN/``, one set per Parquet file ``i
                  bytes (written last, durably)
 
 A piece counts only through its ``piece.json`` with the plan's ``inputs`` (the snapshot
-manifest's sha256, ``hop2_cap``, ``sample_seed``, ``hop2_order``) and arrays of the sizes it
-records: one of another snapshot or settings, or with an array missing or of another size, is
-stale and the assembly refuses it, naming the partitions to cap again. The arrays are written
+manifest's sha256, ``hop2_cap``, ``sample_seed``, ``hop2_order``, whether an order needs the
+pairs followed back), the manifest's rows read, and arrays of the sizes it records: any other
+is stale and the assembly refuses it, naming the partitions to cap again. A partition whose
+files hold other rows than the manifest's is refused when capped. The arrays are written
 atomically but not fsynced (scratch for the assembly; their fsyncs cost 0.3-0.5 s of the 1 M
-users' capping, ``bench/README.md``): the size check catches one a crash cut short. Memory of a
-capping task: its id map and in-degrees (``n_nodes``) plus ``GRAPH_THREADS`` files' follows,
-never the graph's. Errors: ``RunNotFoundError``, ``StaleGraphError``.
+users' capping, ``bench/README.md``): the size check catches one a crash cut short. The
+assembly removes the pieces once the graph is written. Memory of a capping task: its id map and
+in-degrees (``n_nodes``) plus ``GRAPH_THREADS`` files' follows, never the graph's. Errors:
+``RunNotFoundError``, ``CorruptFileError``, ``StalePieceError``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from recs.errors import RecsError, RunNotFoundError
+from recs.errors import CorruptFileError, RecsError, RunNotFoundError
 from recs.files import atomic_write, read_json, read_parquet, write_json
 from recs.sharding import partition_files
 from recs.traversal.capped_rows import (
@@ -50,6 +53,8 @@ from recs.traversal.ids import DenseIndex
 log = logging.getLogger("recs.graph")
 
 PIECES = "graph_pieces"
+#: The arrays of each file of a piece (module docstring).
+ARRAYS = ("src", "dst", "followers", "out_degree")
 #: 1: one piece per partition, a set of arrays per Parquet file.
 PIECE_FORMAT = 1
 
@@ -82,18 +87,31 @@ def piece_inputs(paths, settings) -> dict[str, Any]:
         "hop2_cap": int(settings.hop2_cap),
         "sample_seed": int(settings.sample_seed),
         "hop2_order": settings.hop2_order,
+        "reciprocity": needs_reciprocity(settings),
     }
 
 
-def snapshot_partitions(paths) -> list[int]:
-    """The snapshot's follow-edge partitions: the manifest's ``follow_edges_shards`` (so a
-    machine without the edges can list them), else the ``shard_id=`` folders found."""
+def snapshot_partitions(paths) -> dict[int, dict[str, Any]]:
+    """The snapshot's follow-edge partitions, ``{shard_id: {"files": [paths relative to the
+    snapshot folder], "rows": n}}``: the manifest's ``follow_edges_shards`` (so a machine
+    without the edges can list them, and a file gone from a partition is an error, not an
+    empty piece), else the ``shard_id=`` folders found (``rows`` None: a snapshot without a
+    manifest, the unit tests')."""
     manifest = Path(paths.snapshot_manifest)
     if manifest.exists():
         listed = read_json(manifest).get("follow_edges_shards")
         if listed is not None:
-            return sorted({int(shard["shard_id"]) for shard in listed})
-    return list(partition_files(Path(paths.snapshot_dir) / "follow_edges"))
+            found: dict[int, dict[str, Any]] = {}
+            for shard in sorted(listed, key=lambda shard: (shard["shard_id"], shard["path"])):
+                entry = found.setdefault(int(shard["shard_id"]), {"files": [], "rows": 0})
+                entry["files"].append(shard["path"])
+                entry["rows"] += int(shard["rows"])
+            return found
+    snapshot_dir = Path(paths.snapshot_dir)
+    return {
+        shard_id: {"files": [str(f.relative_to(snapshot_dir)) for f in files], "rows": None}
+        for shard_id, files in partition_files(snapshot_dir / "follow_edges").items()
+    }
 
 
 def read_user_ids(users_path: Path) -> np.ndarray:
@@ -161,9 +179,12 @@ def plan_pieces(paths, settings) -> dict[str, Any]:
         index = DenseIndex(read_user_ids(Path(paths.snapshot_dir) / "users.parquet"))
         codes = reciprocal_pair_codes(paths.snapshot_dir, index)
     save_npy(folder / "reciprocal_pairs.npy", codes)
+    partitions = snapshot_partitions(paths)
     plan = {
         "inputs": piece_inputs(paths, settings),
-        "partitions": snapshot_partitions(paths),
+        "partitions": list(partitions),
+        "files": {str(shard_id): entry["files"] for shard_id, entry in partitions.items()},
+        "rows": {str(shard_id): entry["rows"] for shard_id, entry in partitions.items()},
         "reciprocity": reciprocity,
     }
     write_json(folder / "plan.json", plan)
@@ -192,8 +213,13 @@ def graph_context(paths, settings) -> GraphContext:
     user_ids = read_user_ids(Path(paths.snapshot_dir) / "users.parquet")
     index = DenseIndex(user_ids)
     profiles = Path(paths.exports_dir) / "candidate_profiles.parquet"
+    if not profiles.exists():  # the popularity order and the assembly need its in-degrees
+        raise RunNotFoundError(f"missing export {profiles}: run build_models first")
     in_degree = profile_in_degrees(profiles, index, len(user_ids))
-    codes = np.load(pieces_dir(paths) / "reciprocal_pairs.npy", allow_pickle=False)
+    codes_path = pieces_dir(paths) / "reciprocal_pairs.npy"
+    if not codes_path.exists():
+        raise RunNotFoundError(f"no {codes_path}: run plan_graph first")
+    codes = np.load(codes_path, allow_pickle=False)
     return GraphContext(
         user_ids=user_ids, index=index, in_degree=in_degree, reciprocal_codes=codes,
         row_order=RowOrder(settings.hop2_order, in_degree, codes), plan=plan,
@@ -219,14 +245,17 @@ def cap_pieces(
     or a partition the plan does not list).
     """
     context = context or graph_context(paths, settings)
+    if len(set(shard_ids)) != len(shard_ids):
+        raise ValueError(f"partitions repeated in {shard_ids}")
     unplanned = sorted(set(shard_ids) - set(context.plan["partitions"]))
     if unplanned:
         raise StalePieceError(
             f"partitions {unplanned} are not in the run's graph plan "
             f"{context.plan['partitions']}"
         )
-    found = partition_files(Path(paths.snapshot_dir) / "follow_edges")
-    files = [(shard_id, path) for shard_id in shard_ids for path in found.get(shard_id, [])]
+    snapshot_dir = Path(paths.snapshot_dir)
+    found = {i: [snapshot_dir / f for f in context.plan["files"][str(i)]] for i in shard_ids}
+    files = [(shard_id, path) for shard_id in shard_ids for path in found[shard_id]]
     for shard_id in shard_ids:
         folder = piece_dir(paths, shard_id)
         folder.mkdir(parents=True, exist_ok=True)
@@ -240,9 +269,9 @@ def cap_pieces(
     results = []
     with closing(capped):  # an error here stops the files still being capped
         done: dict[int, list[tuple]] = {i: [] for i in shard_ids}
-        remaining = {i: len(found.get(i, [])) for i in shard_ids}
+        remaining = {i: len(found[i]) for i in shard_ids}
         for shard_id in [i for i in shard_ids if remaining[i] == 0]:
-            results.append(_write_piece(paths, shard_id, context.plan["inputs"], []))
+            results.append(_write_piece(paths, shard_id, context.plan, []))
         for (shard_id, path), (src, dst, full, counts) in zip(files, capped, strict=True):
             folder = piece_dir(paths, shard_id)
             stem = f"{len(done[shard_id]):03d}"
@@ -258,21 +287,27 @@ def cap_pieces(
             del src, dst, full, followers
             remaining[shard_id] -= 1
             if remaining[shard_id] == 0:
-                results.append(
-                    _write_piece(paths, shard_id, context.plan["inputs"], done[shard_id])
-                )
+                results.append(_write_piece(paths, shard_id, context.plan, done[shard_id]))
     return results
 
 
-def _write_piece(paths, shard_id: int, inputs: dict[str, Any], files: list[tuple]) -> dict:
+def _write_piece(paths, shard_id: int, plan: dict[str, Any], files: list[tuple]) -> dict:
     """``piece.json`` of a partition whose arrays are written: ``files`` is ``[(Parquet file
-    name, its EdgeCounts, capped edges, {array: size in bytes})]``."""
+    name, its EdgeCounts, capped edges, {array: size in bytes})]``. Raises
+    ``CorruptFileError`` if the files held other than the plan's (the manifest's) rows."""
     counts = EdgeCounts()
     for _, file_counts, _, _ in files:
         counts.add(file_counts)
+    rows = plan["rows"][str(shard_id)]
+    if rows is not None and counts.edges_read != rows:
+        raise CorruptFileError(
+            f"partition {shard_id} of run {paths.run_id}: its snapshot files hold "
+            f"{counts.edges_read} follow edges, its manifest {rows}: the snapshot was damaged "
+            "after its freeze; freeze it again"
+        )
     document = {
         "shard_id": shard_id,
-        "inputs": inputs,
+        "inputs": plan["inputs"],
         "files": [
             {"name": name, "capped_edges": n, "counts": _counts_dict(file_counts),
              "sizes": sizes}
@@ -288,15 +323,29 @@ def _counts_dict(counts: EdgeCounts) -> dict[str, int]:
     return {name: value for name, value in asdict(counts).items() if name != "partitions"}
 
 
-def _whole(paths, shard_id: int, document: dict | None, inputs: dict[str, Any]) -> bool:
-    """Whether a piece's ``piece.json`` has the plan's ``inputs`` and each array it records is
-    there with its recorded size (one ``stat`` each: an array cut short by a crash, which
-    was not fsynced, or rewritten since, fails)."""
-    if document is None or document.get("inputs") != inputs:
+def _whole(paths, shard_id: int, document: dict | None, plan: dict[str, Any]) -> bool:
+    """Whether a piece's ``piece.json`` has the plan's ``inputs``, counts the plan's rows
+    read, and each of the four arrays of each file it lists is there with its recorded size
+    (one ``stat`` each: an array cut short by a crash, which was not fsynced, or rewritten
+    with another size, fails; one rewritten with the same size is not caught)."""
+    if not isinstance(document, dict) or document.get("inputs") != plan["inputs"]:
+        return False
+    entries = document.get("files")
+    if not isinstance(entries, list):
+        return False
+    try:
+        read = sum(int(entry["counts"]["edges_read"]) for entry in entries)
+        sizes = [entry["sizes"] for entry in entries]
+    except (KeyError, TypeError, ValueError):
+        return False
+    rows = plan["rows"][str(shard_id)]
+    if rows is not None and read != rows:
         return False
     folder = piece_dir(paths, shard_id)
-    for number, entry in enumerate(document["files"]):
-        for name, size in entry["sizes"].items():
+    for number, recorded in enumerate(sizes):
+        if not isinstance(recorded, dict) or sorted(recorded) != sorted(ARRAYS):
+            return False
+        for name, size in recorded.items():
             path = folder / f"{number:03d}.{name}.npy"
             if not path.exists() or path.stat().st_size != size:
                 return False
@@ -322,8 +371,11 @@ def planned_pieces(paths, plan: dict[str, Any]) -> Iterator[PieceFile]:
     documents, bad = {}, []
     for shard_id in plan["partitions"]:
         path = piece_dir(paths, shard_id) / "piece.json"
-        document = read_json(path) if path.exists() else None
-        if not _whole(paths, shard_id, document, plan["inputs"]):
+        try:
+            document = read_json(path) if path.exists() else None
+        except CorruptFileError:
+            document = None
+        if not _whole(paths, shard_id, document, plan):
             bad.append(shard_id)
         documents[shard_id] = document
     if bad:

@@ -289,7 +289,11 @@ def test_a_rebuild_removes_what_a_killed_build_left(tmp_path):
     inside graph/: the next build removes them."""
     paths, settings = tiny_graph(tmp_path)
     build_graph(paths, settings)
-    piece = next((paths.run_dir / "graph_pieces").glob("shard_id=*"))
+    pieces = paths.run_dir / "graph_pieces"
+    # a built graph leaves the plan, not the pieces (scratch twice the size of indices.npy)
+    assert sorted(p.name for p in pieces.iterdir()) == ["plan.json", "reciprocal_pairs.npy"]
+    piece = pieces / "shard_id=001"
+    piece.mkdir()
     left = [piece / ".000.src.npy.999-dead.tmp", piece / "007.src.npy"]
     for path in left:
         path.write_bytes(b"x" * 1000)
@@ -418,6 +422,9 @@ def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
     paths, settings, _ = many_partitions(tmp_path)
     build_graph(paths, settings)
     whole = (paths.graph_dir / "indices.npy").read_bytes()
+    with pytest.raises(StalePieceError, match=r"partitions \[0, 1, 2, 3, 4, 5\]"):
+        assemble_graph(paths, settings)  # the build removed its pieces: capping comes first
+    cap_pieces(paths, settings, [0, 1, 2, 3, 4, 5])
     (paths.run_dir / "graph_pieces" / "shard_id=003" / "piece.json").unlink()
     cut = paths.run_dir / "graph_pieces" / "shard_id=005" / "000.dst.npy"  # not fsynced: a crash
     cut.write_bytes(cut.read_bytes()[:-4])
@@ -442,3 +449,77 @@ def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
     cap_pieces(paths, settings, [0, 1, 2, 3, 4, 5])
     assemble_graph(paths, settings)
     assert (paths.graph_dir / "indices.npy").read_bytes() == whole
+
+
+def listed_in_manifest(paths) -> None:
+    """Add the freeze's ``follow_edges_shards`` (path and rows of each partition's file) to
+    the fixture's manifest, as ``freeze_snapshot`` writes it."""
+    shards = [
+        {"shard_id": int(folder.name.split("=")[1]),
+         "path": str(part.relative_to(paths.snapshot_dir)), "rows": pl.read_parquet(part).height}
+        for folder in sorted((paths.snapshot_dir / "follow_edges").iterdir())
+        for part in sorted(folder.glob("*.parquet"))
+    ]
+    write_json(paths.snapshot_manifest, {**read_json(paths.snapshot_manifest),
+                                         "follow_edges_shards": shards})
+
+
+def test_a_partition_is_capped_from_the_manifests_files_and_rows(tmp_path):
+    """(From a review.) A partition's files come from the snapshot manifest: one gone from the
+    disk is an error naming it, not an empty piece the assembly takes; one holding other rows
+    than the manifest's is refused; the profiles export the rows' order needs must be there; a
+    partition named twice is refused."""
+    from recs.traversal.graph_pieces import cap_pieces, plan_pieces
+
+    paths, settings, _ = many_partitions(tmp_path)
+    listed_in_manifest(paths)
+    plan_pieces(paths, settings)
+    folder = paths.snapshot_dir / "follow_edges" / "shard_id=002"
+    folder.rename(tmp_path / "away")
+    with pytest.raises(RunNotFoundError, match=r"shard_id=002/part-0.parquet"):
+        cap_pieces(paths, settings, [2])
+    (tmp_path / "away").rename(folder)
+    part = folder / "part-0.parquet"
+    frame = pl.read_parquet(part)
+    frame.head(frame.height - 1).write_parquet(part)
+    with pytest.raises(CorruptFileError, match=rf"partition 2 .* hold {frame.height - 1} follow "
+                       rf"edges, its manifest {frame.height}"):
+        cap_pieces(paths, settings, [2])
+    frame.write_parquet(part)
+    profiles = paths.exports_dir / "candidate_profiles.parquet"
+    profiles.rename(tmp_path / "profiles.parquet")
+    with pytest.raises(RunNotFoundError, match="candidate_profiles.parquet: run build_models"):
+        cap_pieces(paths, settings, [2])
+    (tmp_path / "profiles.parquet").rename(profiles)
+    with pytest.raises(ValueError, match="repeated"):
+        cap_pieces(paths, settings, [2, 2])
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncated", "no files", "files emptied", "sizes emptied", "not an object"]
+)
+def test_a_damaged_piece_json_is_a_stale_piece(tmp_path, damage):
+    """(From a review: a KeyError, or a partition's edges silently dropped.) A piece.json cut
+    short, without its files, with its files or sizes emptied, or not an object: the assembly
+    names the partition among the stale ones."""
+    from recs.traversal.graph import assemble_graph
+    from recs.traversal.graph_pieces import StalePieceError, cap_pieces, plan_pieces
+
+    paths, settings, _ = many_partitions(tmp_path)
+    listed_in_manifest(paths)
+    plan_pieces(paths, settings)
+    cap_pieces(paths, settings, list(range(6)))
+    piece = paths.run_dir / "graph_pieces" / "shard_id=004" / "piece.json"
+    document = read_json(piece)
+    if damage == "truncated":
+        piece.write_text(piece.read_text()[:40])
+    elif damage == "no files":
+        write_json(piece, {k: v for k, v in document.items() if k != "files"})
+    elif damage == "files emptied":
+        write_json(piece, {**document, "files": []})
+    elif damage == "sizes emptied":
+        write_json(piece, {**document, "files": [{**f, "sizes": {}} for f in document["files"]]})
+    else:
+        piece.write_text("[1, 2]")
+    with pytest.raises(StalePieceError, match=r"partitions \[4\]"):
+        assemble_graph(paths, settings)
