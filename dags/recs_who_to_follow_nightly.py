@@ -196,10 +196,17 @@ def recs_who_to_follow_nightly():
     @task(**DATA_TASK_RETRIES)
     def build_graph(run: dict[str, str]) -> dict[str, str]:
         """Capped CSR adjacency for the run, assembled from the pieces, memory-mapped read-only
-        by every shard task."""
-        from recs.nightly import pipeline
+        by every shard task. Pieces missing or stale fail it without retries: only capping
+        them again mends that (clear it with its upstream ``cap_graph`` tasks)."""
+        from airflow.sdk.exceptions import AirflowFailException
 
-        pipeline.assemble_graph(_paths(run))
+        from recs.nightly import pipeline
+        from recs.traversal.graph_pieces import StalePieceError
+
+        try:
+            pipeline.assemble_graph(_paths(run))
+        except StalePieceError as error:
+            raise AirflowFailException(str(error)) from None
         return run
 
     @task

@@ -8,7 +8,8 @@ monkeypatch can reach the task code:
 - 2026-11-02, shard 1's traversal raises on both of its tries: the other shards succeed,
   ``validate_run`` and ``publish_run`` still run and succeed, and the new version carries
   shard 1 over from night_1;
-- 2026-11-03, ``build_graph`` raises: the shards never run, ``validate_run`` runs (all done)
+- 2026-11-03, ``build_graph`` finds stale graph pieces: it fails without retries, the shards
+  never run, ``validate_run`` runs (all done)
   and fails at once naming build_graph, ``publish_run`` does not run, CURRENT is unchanged.
 """
 
@@ -79,6 +80,18 @@ def nightly(night_1, monkeypatch):
     get_settings.cache_clear()
     yield DagBag(dag_folder=str(REPO / "dags")).dags[DAG_ID]
     get_settings.cache_clear()
+
+
+def task_tries(dag_run) -> dict[tuple[str, int], int]:
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.run_id == dag_run.run_id).one()
+        return {
+            (ti.task_id, ti.map_index): ti.try_number
+            for ti in run.get_task_instances(session=session)
+        }
 
 
 def task_states(dag_run) -> dict[tuple[str, int], str]:
@@ -167,14 +180,17 @@ def test_a_failed_stage_before_the_shards_fails_the_gate_cleanly(
 
     before = current_version(night_1 / "published")
 
+    from recs.traversal.graph_pieces import StalePieceError
+
     def broken(paths):
-        raise RuntimeError("injected graph build failure")
+        raise StalePieceError("injected: graph pieces of partitions [2] are missing")
 
     monkeypatch.setattr(pipeline, "assemble_graph", broken)
-    monkeypatch.setattr(nightly.get_task("build_graph"), "retries", 0)
+    assert nightly.get_task("build_graph").retries >= 1  # not for stale pieces: failed at once
     dag_run = nightly.test(logical_date=dt.datetime(2026, 11, 3, tzinfo=dt.UTC))
     states = task_states(dag_run)
     assert states[("build_graph", -1)] == "failed"
+    assert task_tries(dag_run)[("build_graph", -1)] == 1
     assert states[("plan_shards", -1)] == "upstream_failed"
     assert states[("validate_run", -1)] == "failed"
     assert states[("publish_run", -1)] == "upstream_failed"
