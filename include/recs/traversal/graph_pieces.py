@@ -241,8 +241,10 @@ def cap_pieces(
     """Cap the follows of partitions ``shard_ids`` into their pieces (module docstring),
     ``GRAPH_THREADS`` files at once, in the given order; each piece's ``piece.json`` is removed
     first and written once its arrays are. Returns ``[{"shard_id", "capped_edges", **counts}]``.
-    Raises ``RunNotFoundError`` (no plan, no users file) and ``StalePieceError`` (a stale plan,
-    or a partition the plan does not list).
+    Raises ``RunNotFoundError`` (no plan, no users file or profiles export, a partition's file
+    gone), ``CorruptFileError`` (a file Polars cannot read, or a partition holding other rows
+    than the manifest's), ``StalePieceError`` (a stale plan, or a partition the plan does not
+    list) and ``ValueError`` (a partition named twice).
     """
     context = context or graph_context(paths, settings)
     if len(set(shard_ids)) != len(shard_ids):
@@ -284,7 +286,7 @@ def cap_pieces(
             }
             done[shard_id].append((path.name, counts, len(src), sizes))
             log.info("graph partition %s: %d capped edges from %s", shard_id, len(src), path.name)
-            del src, dst, full, followers
+            del src, dst, full, followers, arrays
             remaining[shard_id] -= 1
             if remaining[shard_id] == 0:
                 results.append(_write_piece(paths, shard_id, context.plan, done[shard_id]))
