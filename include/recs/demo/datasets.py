@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recs.arrays import sorted_unique
 from recs.config import Settings
-from recs.demo.follow_graph import FollowGraph, sorted_unique
+from recs.demo.follow_graph import FollowGraph
 from recs.demo.generated import DATASET_SEED, load_graph
 from recs.errors import DatasetError
 from recs.store.bulk import ProgressCallback

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recs.arrays import sorted_unique
+
 EDGE_CHUNK_ROWS = 1 << 21
 """Edges per generated/written batch (fixed: the edge timestamps' random streams follow it)."""
 
@@ -91,21 +93,6 @@ class FollowGraph:
             bounds = np.clip(self.indptr[first : last + 2], start, stop)
             src = np.repeat(np.arange(first, last + 1, dtype=np.int64), np.diff(bounds))
             yield src, self.indices[start:stop].astype(np.int64)
-
-
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an int64 array.
-
-    ``np.unique`` is avoided on large arrays: NumPy 2.4 routes it through a hash table, far
-    slower than sort + neighbour compare (``bench/README.md``).
-    """
-    ordered = np.sort(np.asarray(values, dtype=np.int64))
-    if len(ordered) < 2:
-        return ordered
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
 
 
 def position_dtype(n_users: int) -> type:

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from recs.arrays import sorted_unique
 from recs.config import Settings
-from recs.demo.follow_graph import FollowGraph, position_dtype, sorted_unique
+from recs.demo.follow_graph import FollowGraph, position_dtype
 from recs.demo.generated import RandomStream, load_graph, rng_for
 from recs.errors import DatasetError
 from recs.store.bulk import ProgressCallback

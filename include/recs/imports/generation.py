@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recs.arrays import sorted_unique
 from recs.contracts import TS
-from recs.demo.follow_graph import EDGE_CHUNK_ROWS, FollowGraph, sorted_unique
+from recs.demo.follow_graph import EDGE_CHUNK_ROWS, FollowGraph
 from recs.demo.generated import DATASET_SEED, GENERATED_FIELDS, GeneratedFields
 from recs.imports.staging import Staging
 from recs.imports.writers import StoreWriter

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recs.arrays import sorted_unique
 from recs.files import atomic_path, read_parquet
 from recs.sampling import rank_within_groups, sample_keys
 from recs.sharding import partition_files
@@ -198,7 +199,10 @@ def reciprocal_pair_codes(snapshot_dir: Path, index: DenseIndex) -> np.ndarray:
         for path in files:
             _, _, src, dst, _ = _active_partition(path, index, None)
             pieces.append(pair_codes(src, dst))
-    codes = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, dtype=np.uint64)
+    codes = (
+        sorted_unique(np.concatenate(pieces), np.uint64) if pieces
+        else np.zeros(0, dtype=np.uint64)
+    )
     src = (codes >> np.uint64(32)).astype(np.int64)
     dst = (codes & np.uint64(0xFFFFFFFF)).astype(np.int64)
     return codes[reciprocated(src, dst, codes)]

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from recs.arrays import sorted_unique
 from recs.errors import CorruptFileError, RecsError, RunNotFoundError
 from recs.files import atomic_write, read_json, read_parquet, write_json
 from recs.sharding import partition_files
@@ -129,7 +130,7 @@ def read_user_ids(users_path: Path) -> np.ndarray:
     frame = read_parquet(users_path, ["user_id"])
     if frame.schema["user_id"] != pl.Int64:
         raise SchemaMismatchError(f"{users_path}: user_id is {frame.schema['user_id']}, not Int64")
-    return np.unique(frame["user_id"].drop_nulls().to_numpy())
+    return sorted_unique(frame["user_id"].drop_nulls().to_numpy())
 
 
 def profile_in_degrees(profiles_path: Path, index: DenseIndex, n_nodes: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from recs.arrays import sorted_unique
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS
 from recs.errors import RecsError
 from recs.files import read_parquet
@@ -69,7 +70,7 @@ def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
         Path(paths.exports_dir) / "eligible_users", shard_id, ["user_id"],
         EXPORT_SCHEMAS["eligible_users"],
     )
-    user_ids = np.unique(frame["user_id"].drop_nulls().to_numpy().astype(np.int64))
+    user_ids = sorted_unique(frame["user_id"].drop_nulls().to_numpy())
     wrong = user_ids[shard_array(user_ids, shard_count) != shard_id] if len(user_ids) else user_ids
     if len(wrong):
         raise ShardMismatchError(

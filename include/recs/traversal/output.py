@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from recs.arrays import sorted_unique
 from recs.contracts import RECOMMENDATION_SCHEMA, check_schema
 from recs.files import atomic_path
 
@@ -119,7 +120,7 @@ def shard_manifest(
         "shard_id": int(shard_id),
         "run_id": run_id,
         "users_in": int(len(inputs.user_ids)),
-        "users_with_recommendations": int(len(np.unique(result.rows.user))),
+        "users_with_recommendations": int(len(sorted_unique(result.rows.user))),
         "rows": int(rows),
         "traversals": int(result.traversals),
         "first_hop_edges": int(len(inputs.hop1_nodes)),
