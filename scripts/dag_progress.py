@@ -21,8 +21,9 @@ from pathlib import Path
 EVENT = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+) map_index=(-?\d+)")
 
 
-MAPPED_OVER = {"validate_shards": "group"}
-"""What a mapped task's index counts, where it is not a shard (the gate's groups of shards)."""
+MAPPED_OVER = {"validate_shards": "group", "cap_graph": "group"}
+"""What a mapped task's index counts, where it is not a shard (the gate's groups of shards, the
+graph's groups of partitions)."""
 
 
 def label(task_id: str, map_index: str) -> str:

@@ -14,7 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dag_progress.py"
 STAND_IN = textwrap.dedent(
     """
     import sys
-    for task, index in (("plan_shards", -1), ("traverse_shard", 3), ("validate_shards", 1)):
+    for task, index in (
+        ("cap_graph", 0), ("plan_shards", -1), ("traverse_shard", 3), ("validate_shards", 1)
+    ):
         print(f"[DAG TEST] starting task_id={task} map_index={index}")
         print("noise of the task")
         print(f"[DAG TEST] end task task_id={task} map_index={index}")
@@ -34,9 +36,10 @@ def test_each_task_gets_a_start_and_an_end_line_and_the_log_keeps_everything(tmp
         assert done.returncode == code
         names = [line.split()[3] for line in done.stdout.splitlines()]  # "<t> s started <name>"
         assert names == [
+            "cap_graph[group-000]", "cap_graph[group-000]",
             "plan_shards", "plan_shards",
             "traverse_shard[shard-003]", "traverse_shard[shard-003]",
             "validate_shards[group-001]", "validate_shards[group-001]",
         ]  # fmt: skip
-        assert log.read_text().count("noise of the task") == 3
+        assert log.read_text().count("noise of the task") == 4
         assert (f"exited {code}" in done.stderr) == (code != 0)
