@@ -49,8 +49,6 @@ written last makes a part visible at once and never half.
 
 from __future__ import annotations
 
-import copy
-import datetime as dt
 import fnmatch
 import json
 import logging
@@ -63,7 +61,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RecsError, RunStoreError
@@ -91,6 +88,14 @@ from recs.nightly.parts import (  # noqa: F401 - the parts, importable from here
     stage_outputs,
 )
 from recs.nightly.runs import RunPaths
+from recs.nightly.store_backends import (  # noqa: F401 - S3_CONFIG importable from here too
+    S3_CALL_RETRIES,
+    S3_CONFIG,
+    file_url_path,
+    first_line,
+    modified_time,
+    s3_options,
+)
 
 log = logging.getLogger("recs.nightly.artifacts")
 
@@ -99,52 +104,6 @@ MARKERS = ".parts"
 MARKER_FORMAT = 1
 CURRENT = "published/CURRENT"
 """Where the store records the run id ``CURRENT`` names (the versions stay under ``home``)."""
-
-
-def _file_url_path(url: str) -> str:
-    """The path of a ``file:`` URL (RFC 8089: percent-encoded, host empty or ``localhost``; fsspec
-    would keep the escapes and read a host as a relative folder). Raises ``RunStoreError``."""
-    parsed = urlparse(url)
-    if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
-        raise RunStoreError(
-            f"unusable run store {url!r} (RECS_RUN_STORE_URL): a file URL names a folder of this "
-            "machine, file:///path (a shared volume mounted at the same path on every worker)"
-        )
-    return unquote(parsed.path)
-
-
-def _modified(info: dict[str, Any]) -> float:
-    """An fsspec listing entry's modification time (local ``mtime``, S3 ``LastModified``, the
-    memory filesystem's ``created``), epoch seconds; now if it has none."""
-    for key in ("mtime", "LastModified", "last_modified", "created"):
-        value = info.get(key)
-        if isinstance(value, dt.datetime):
-            return value.timestamp()
-        if isinstance(value, int | float):
-            return float(value)
-    return dt.datetime.now(dt.UTC).timestamp()
-
-
-def _first_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text[:300]
-
-
-#: An S3 run store's defaults (botocore's ``Config`` through s3fs's ``config_kwargs``), under
-#: any the options set, and s3fs's own retries of a timed-out call (``S3_CALL_RETRIES``, its
-#: class default 5): without them an endpoint that accepts connections and never answered held
-#: a task for 415 s (a review's finding); with them a call gives up after about 3 x 2 x 20 s.
-#: ``read_timeout`` is per socket read, not per transfer. Fewer retries than botocore's and
-#: s3fs's defaults (5 each) also on throttling: Airflow's retries of the task cover a burst.
-S3_CONFIG = {"connect_timeout": 10, "read_timeout": 20, "retries": {"max_attempts": 2}}
-S3_CALL_RETRIES = 3
-
-
-def s3_options(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with ``config_kwargs`` over ``S3_CONFIG``, key by key (a deep copy:
-    botocore rewrites the ``retries`` it is given in place)."""
-    config = copy.deepcopy({**S3_CONFIG, **(options.get("config_kwargs") or {})})
-    return {**options, "config_kwargs": config}
 
 
 class RunStore:
@@ -167,7 +126,7 @@ class RunStore:
                 f"'{protocol}://' directly ({protocol}://bucket/prefix), not a '/'"
             )
         if protocol == "file":
-            url = f"file://{_file_url_path(url)}"
+            url = f"file://{file_url_path(url)}"
         if protocol in (None, "local") and not Path(url.removeprefix("local://")).is_absolute():
             raise RunStoreError(
                 f"unusable run store {url!r} (RECS_RUN_STORE_URL): a folder must be an absolute "
@@ -177,7 +136,7 @@ class RunStore:
             self.fs, root = url_to_fs(url, **options)
         except (ValueError, ImportError, TypeError) as error:
             raise RunStoreError(
-                f"unusable run store {url!r} (RECS_RUN_STORE_URL): {_first_line(error)}"
+                f"unusable run store {url!r} (RECS_RUN_STORE_URL): {first_line(error)}"
             ) from None
         if protocol in ("s3", "s3a"):
             self.fs.retries = S3_CALL_RETRIES
@@ -225,7 +184,7 @@ class RunStore:
             ) from None
         except Exception as error:  # noqa: BLE001 - any backend's error becomes one line
             raise RunStoreError(
-                f"run store {self.url}: cannot {what}: {type(error).__name__}: {_first_line(error)}"
+                f"run store {self.url}: cannot {what}: {type(error).__name__}: {first_line(error)}"
             ) from error
 
     # --- where things are -----------------------------------------------------------------
@@ -280,7 +239,7 @@ class RunStore:
         path = f"{self.root}/{relative}"
         found = self._io("list", self.fs.find, path, None, False, True) if self._io(
             "look up", self.fs.exists, path) else {}  # fmt: skip
-        return max((_modified(info) for info in found.values()), default=None)
+        return max((modified_time(info) for info in found.values()), default=None)
 
     def remove(self, relative: str) -> None:
         """Remove the folder ``relative`` (a run's, a retained snapshot's), markers first (a
@@ -481,7 +440,7 @@ class RunStore:
         except FileNotFoundError as error:
             raise ArtifactNotFoundError(
                 f"run store {self.url}: a file of run {paths.run_id} went missing while it was "
-                f"read ({_first_line(error)}): retry"
+                f"read ({first_line(error)}): retry"
             ) from None
         for relative, target in zip(names, targets, strict=True):
             entry = entries[relative]

@@ -73,6 +73,12 @@ def piece_dir(paths, shard_id: int) -> Path:
     return pieces_dir(paths) / f"shard_id={shard_id:03d}"
 
 
+def piece_array(folder: Path, number: int, name: str) -> Path:
+    """``<folder>/<number:03d>.<name>.npy``: array ``name`` (``ARRAYS``) of a piece's file
+    ``number``."""
+    return Path(folder) / f"{number:03d}.{name}.npy"
+
+
 def needs_reciprocity(settings) -> bool:
     return "reciprocity" in (settings.hop1_order, settings.hop2_order)
 
@@ -277,12 +283,11 @@ def cap_pieces(
             results.append(_write_piece(paths, shard_id, context.plan, []))
         for (shard_id, path), (src, dst, full, counts) in zip(files, capped, strict=True):
             folder = piece_dir(paths, shard_id)
-            stem = f"{len(done[shard_id]):03d}"
             followers = np.flatnonzero(full).astype(np.int32)
             arrays = {"src": src, "dst": dst, "followers": followers,
                       "out_degree": full[followers]}
             sizes = {  # not fsynced: a size piece.json does not record makes the piece stale
-                name: save_npy(folder / f"{stem}.{name}.npy", array, durable=False)
+                name: save_npy(piece_array(folder, len(done[shard_id]), name), array, durable=False)
                 for name, array in arrays.items()
             }
             done[shard_id].append((path.name, counts, len(src), sizes))
@@ -349,7 +354,7 @@ def _whole(paths, shard_id: int, document: dict | None, plan: dict[str, Any]) ->
         if not isinstance(recorded, dict) or sorted(recorded) != sorted(ARRAYS):
             return False
         for name, size in recorded.items():
-            path = folder / f"{number:03d}.{name}.npy"
+            path = piece_array(folder, number, name)
             if not path.exists() or path.stat().st_size != size:
                 return False
     return True
@@ -389,12 +394,8 @@ def planned_pieces(paths, plan: dict[str, Any]) -> Iterator[PieceFile]:
     for shard_id, document in documents.items():
         folder = piece_dir(paths, shard_id)
         for number, entry in enumerate(document["files"]):
-            stem = f"{number:03d}"
             yield PieceFile(
                 shard_id=shard_id,
-                src=folder / f"{stem}.src.npy",
-                dst=folder / f"{stem}.dst.npy",
-                followers=folder / f"{stem}.followers.npy",
-                out_degree=folder / f"{stem}.out_degree.npy",
+                **{name: piece_array(folder, number, name) for name in ARRAYS},
                 counts=EdgeCounts(**entry["counts"]),
             )
