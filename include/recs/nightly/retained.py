@@ -438,7 +438,7 @@ def partition_by_shard(
             keyed = chunk.with_columns(shard_expr("follower_id", shard_count).alias("_shard"))
             for key, part in keyed.partition_by("_shard", as_dict=True, include_key=False).items():
                 shard_id = int(key[0])
-                table = part.to_arrow()
+                table = part.to_arrow(compat_level=pl.CompatLevel.newest())
                 if shard_id not in streams:
                     path = spill_dir / f"{shard_id:03d}.arrows"
                     sink = opened.enter_context(pa.OSFile(str(path), "wb"))

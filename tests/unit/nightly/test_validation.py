@@ -534,8 +534,8 @@ def test_unexpected_rows_are_named_by_their_keys(good_run):
 def test_derived_frames_by_hand(good_run):
     """Per-user aggregates and rule flags of the good run, plus one excluded pair.
 
-    users: 1 -> 1 row; 2 -> 3 rows, ranks 1..3; 4 -> 1; 6 -> 2; 8 -> 2; all in their home
-    shard. After (6, 11) -> (6, 15), only that row is flagged excluded, no row is a
+    users: 1 -> 1 row; 2 -> 3 rows, ranks 1..3, 3 candidates; 4 -> 1; 6 -> 2; 8 -> 2; all in
+    their home shard. After (6, 11) -> (6, 15), only that row is flagged excluded, no row is a
     self-recommendation, and every candidate is active and discoverable.
     """
     paths, settings = good_run
@@ -544,11 +544,11 @@ def test_derived_frames_by_hand(good_run):
     conformed = outputs.union.select(*RECOMMENDATION_SCHEMA, "shard_id")
     users = user_rank_stats(conformed, settings.shard_count)
     assert users.rows() == [
-        (1, 1, 1, 1, 1, True),
-        (2, 3, 1, 3, 3, True),
-        (4, 1, 1, 1, 1, True),
-        (6, 2, 1, 2, 2, True),
-        (8, 2, 1, 2, 2, True),
+        (1, 1, 1, 1, 1, 1, True),
+        (2, 3, 1, 3, 3, 3, True),
+        (4, 1, 1, 1, 1, 1, True),
+        (6, 2, 1, 2, 2, 2, True),
+        (8, 2, 1, 2, 2, 2, True),
     ]
     shard_0 = conformed.filter(pl.col("shard_id") == 0)
     rules = recommendation_rules(paths, 0, shard_0)
