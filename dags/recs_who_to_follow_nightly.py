@@ -13,7 +13,8 @@ end, ``D+1 00:00 UTC``: its snapshot holds only what existed by then. A backfill
 reuses ``D``'s retained snapshot; when none is retained it fails at once, unless triggered with
 ``{"rebuild_snapshot": true}`` (param below), which rebuilds it from the live store as of the
 cut-off (the README says what that cannot reproduce). A manual run without a logical date takes
-the date it runs after.
+the latest complete day, the one before the day it runs after; a run of a day not over yet fails
+at once (``CutOffAheadError``): what it froze would be kept as the whole day.
 
 The graph is built by partition: ``plan_graph`` writes the plan (``recs.traversal.graph_pieces``)
 and cuts the snapshot's partitions into groups of ``graph_partitions_per_task``, one mapped
@@ -92,7 +93,8 @@ def _run_ref() -> dict[str, str]:
 
     context = get_current_context()
     dag_run = context["dag_run"]
-    logical = context.get("logical_date") or dag_run.run_after
+    # no logical date (a manual run): the latest complete day, as the schedule's run would
+    logical = context.get("logical_date") or dag_run.run_after - dt.timedelta(days=1)
     try:
         run_id = run_id_from_airflow(dag_run.run_id)
     except InvalidRunIdError as error:
@@ -149,7 +151,7 @@ def recs_who_to_follow_nightly():
         from airflow.sdk.configuration import conf
         from airflow.sdk.exceptions import AirflowFailException
 
-        from recs.errors import ShardPlanError, SnapshotNotRetainedError
+        from recs.errors import CutOffAheadError, ShardPlanError, SnapshotNotRetainedError
         from recs.nightly import pipeline
 
         run = _run_ref()
@@ -160,8 +162,8 @@ def recs_who_to_follow_nightly():
                 rebuild=bool(context["params"].get("rebuild_snapshot", False)),
                 max_map_length=conf.getint("core", "max_map_length"),
             )
-        except (SnapshotNotRetainedError, ShardPlanError) as error:
-            raise AirflowFailException(str(error)) from None  # no retry can fix either
+        except (SnapshotNotRetainedError, ShardPlanError, CutOffAheadError) as error:
+            raise AirflowFailException(str(error)) from None  # no retry within minutes fixes them
         context["outlet_events"][SNAPSHOT].extra = {
             "snapshot_dir": str(result.get("snapshot_dir", "")),
             "source": result.get("source"),

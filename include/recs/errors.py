@@ -110,6 +110,12 @@ class SnapshotNotRetainedError(RecsError):
     that date's cut-off: rebuilding it needs an explicit ``--rebuild-snapshot``."""
 
 
+class CutOffAheadError(RecsError):
+    """A run whose cut-off (the end of its data interval) is still ahead of the wall clock: its
+    day is not over, and a snapshot frozen now would be retained as that day's, then reused by
+    the day's own run with the rest of the day missing."""
+
+
 class ShardPlanError(RecsError):
     """The shard plan does not fit the deployment (more shards than Airflow's
     ``max_map_length``) or the plan settings contradict each other."""

@@ -200,3 +200,34 @@ def test_an_invalid_run_id_fails_the_first_task_without_retries(monkeypatch, tmp
         }
     finally:
         get_settings.cache_clear()
+
+
+def test_a_manual_run_without_a_logical_date_takes_the_latest_complete_day(monkeypatch, tmp_path):
+    """Triggered at 2026-11-02 00:30 or 23:59 UTC with no logical date: the run is of 11-01, the
+    day the schedule's run after midnight covers (11-02 is not over: its freeze would be
+    refused); a logical date, when given, is the snapshot date as it is."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from recs.config import get_settings
+
+    module = _dag_module()
+    monkeypatch.setenv("RECS_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        for after in (dt.datetime(2026, 11, 2, 0, 30, tzinfo=dt.UTC),
+                      dt.datetime(2026, 11, 2, 23, 59, tzinfo=dt.UTC)):  # fmt: skip
+            dag_run = SimpleNamespace(run_id="manual__2026-11-02", run_after=after)
+            monkeypatch.setattr(
+                module, "get_current_context",
+                lambda dag_run=dag_run: {"dag_run": dag_run, "logical_date": None},
+            )  # fmt: skip
+            assert module._run_ref()["snapshot_date"] == "2026-11-01"
+        logical = dt.datetime(2026, 11, 2, 0, 30, tzinfo=dt.UTC)
+        monkeypatch.setattr(
+            module, "get_current_context",
+            lambda: {"dag_run": dag_run, "logical_date": logical},
+        )  # fmt: skip
+        assert module._run_ref()["snapshot_date"] == "2026-11-02"
+    finally:
+        get_settings.cache_clear()

@@ -32,7 +32,13 @@ import pyarrow.parquet as pq
 
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
-from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
+from recs.errors import (
+    CorruptFileError,
+    CutOffAheadError,
+    LiveStoreError,
+    RecsError,
+    SnapshotNotRetainedError,
+)
 from recs.files import read_json, sha256_file, staging_name, write_json
 from recs.nightly import follow_pairs
 from recs.nightly.artifacts import Part, run_store
@@ -42,6 +48,7 @@ from recs.sharding import shard_expr
 from recs.store.connections import display_url, one_line
 from recs.store.readers import LiveStoreReader, open_reader
 from recs.store.standby import snapshot_source
+from recs.times import wall_clock
 
 log = logging.getLogger("recs.nightly.retained")
 
@@ -161,8 +168,9 @@ def freeze(
     Without ``rebuild``, refuses (``SnapshotNotRetainedError``, nothing written) when the store
     has moved more than ``snapshot_max_lag_hours`` past the cut-off; with it, replaces that
     date's retained snapshot. Returns what ``wait_for_standby`` said when it read a hot standby
-    (else None). Raises ``LiveStoreError`` for a missing store
-    or a failed read."""
+    (else None). Raises ``CutOffAheadError`` (``refuse_cut_off_ahead``), ``LiveStoreError``
+    for a missing store or a failed read."""
+    refuse_cut_off_ahead(paths, wall_clock())
     target = folder(paths.home, paths.snapshot_date)
     with _date_lock(target):
         if is_complete(target) and not rebuild:
@@ -266,6 +274,24 @@ def freeze(
                 unknown.rows, unknown.example,
             )  # fmt: skip
         return standby
+
+
+def refuse_cut_off_ahead(paths: RunPaths, now: dt.datetime) -> None:
+    """Raise ``CutOffAheadError`` when ``paths``' cut-off is later than ``now`` (naive UTC, the
+    wall clock): the day is not over, and what is frozen now would be retained as the whole day
+    and reused by its own run. The one place a nightly run reads the clock: it decides whether
+    a snapshot may be made, never what goes into it."""
+    cut_off = paths.as_of.replace(tzinfo=None)
+    if cut_off <= now:
+        return
+    day = paths.snapshot_date
+    latest = (now - dt.timedelta(days=1)).date().isoformat()
+    raise CutOffAheadError(
+        f"the day {day.isoformat()} is not over: its cut-off {cut_off.isoformat()}Z is still "
+        f"ahead (now {now.isoformat(timespec='seconds')}Z), and a snapshot frozen now would be "
+        f"kept as the whole day's. Run {latest} or an earlier day (an Airflow run without a "
+        "logical date takes the latest complete day), or wait for the cut-off"
+    )
 
 
 def refuse_stale(paths: RunPaths, newest: dt.datetime, lag_hours: float) -> None:

@@ -31,7 +31,12 @@ import pytest
 from history_store import CUT_OFF, at, build_store
 
 from recs.config import Settings, get_settings
-from recs.errors import RunInProgressError, ShardPlanError, SnapshotNotRetainedError
+from recs.errors import (
+    CutOffAheadError,
+    RunInProgressError,
+    ShardPlanError,
+    SnapshotNotRetainedError,
+)
 from recs.files import read_json
 from recs.nightly import pipeline, retained
 from recs.nightly.runs import RunPaths
@@ -64,6 +69,31 @@ def test_a_past_date_without_a_retained_snapshot_is_refused_and_writes_nothing(s
     assert "2026-11-06T00:00:00Z" in message and "--rebuild-snapshot" in message
     assert not paths.snapshot_dir.exists()
     assert not retained.is_complete(retained.folder(settings.home, paths.snapshot_date))
+
+
+def test_a_cut_off_ahead_of_the_clock_is_refused_at_the_instant_it_is_not_past():
+    """The cut-off of 2026-11-01 is 11-02 00:00 UTC: refused one microsecond before it, allowed
+    at it (the interval is half-open) and after; the message names the latest complete day."""
+    paths = RunPaths.create("/tmp/unused", "2026-11-01", "r")
+    with pytest.raises(CutOffAheadError) as raised:
+        retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 1, 23, 59, 59, 999_999))
+    message = str(raised.value)
+    assert message.startswith("the day 2026-11-01 is not over: its cut-off 2026-11-02T00:00:00Z")
+    assert "now 2026-11-01T23:59:59Z" in message and "Run 2026-10-31 or an earlier day" in message
+    retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2))
+    retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2, 0, 0, 1))
+
+
+@pytest.mark.parametrize("rebuild", [False, True])
+def test_a_run_of_today_is_refused_and_retains_nothing(settings, rebuild):
+    """Today (the real clock) is not over: neither a run nor a rebuild of it may freeze it, or
+    tonight's run of the same date would reuse a snapshot missing the rest of the day."""
+    today = dt.datetime.now(dt.UTC).date()
+    paths = RunPaths.create(settings.home, today, "early")
+    with pytest.raises(CutOffAheadError, match=f"the day {today.isoformat()} is not over"):
+        freeze_snapshot(paths, settings, rebuild=rebuild)
+    assert not paths.snapshot_dir.exists()
+    assert not retained.folder(settings.home, today).exists()
 
 
 def test_a_rebuilt_snapshot_holds_only_what_existed_by_the_cut_off(settings):
