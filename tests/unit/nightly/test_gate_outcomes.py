@@ -235,7 +235,7 @@ def test_a_metric_that_raises_is_an_engine_error_not_bad_data(tmp_path, monkeypa
 
 
 def test_a_checkpoint_that_raises_is_an_engine_error_and_the_rest_still_runs(tmp_path, monkeypatch):
-    """The users checkpoint raises out of ``Checkpoint.run``: its five checks are errored,
+    """The users checkpoint raises out of ``Checkpoint.run``: its six checks are errored,
     the other batches are evaluated (and pass), results saved; no raw traceback."""
     import great_expectations as gx
 
@@ -255,6 +255,7 @@ def test_a_checkpoint_that_raises_is_an_engine_error_and_the_rest_still_runs(tmp
         "rank_starts_at_1",
         "rank_gapless_per_user",
         "rank_unique_per_user",
+        "unique_user_candidate",
         "user_in_home_shard",
         "user_is_eligible",
     ]
