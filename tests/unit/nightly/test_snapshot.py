@@ -19,6 +19,7 @@ import threading
 from contextlib import closing
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -798,3 +799,26 @@ def test_a_full_disk_while_writing_is_not_blamed_on_the_store(sqlite_settings, m
     assert not isinstance(raised.value, LiveStoreError)
     target = retained.folder(paths.home, paths.snapshot_date)
     assert not target.exists() and not list(target.parent.glob(".*.partial"))
+
+
+@pytest.mark.parametrize(
+    "user_ids",
+    [[1, 2, 3, 5], [0, 1 << 40, 3, 7], [-4, 2, 3, 9]],
+    ids=["dense (bitmap)", "sparse (is_in)", "negative (is_in)"],
+)
+def test_unknown_accounts_by_bitmap_or_hash_count_the_same_rows(user_ids):
+    """The bitmap's answer equals Polars' is_in for ids inside, above and below the bitmap:
+    random pairs over ids -5..12 and two far ones, counted with an is_in written here."""
+    rng = np.random.default_rng(3)
+    pool = np.concatenate([np.arange(-5, 13), [1 << 40, 1 << 62]])
+    pairs = [*map(tuple, rng.choice(pool, size=(400, 2))), (1, 4), (2, 3), (4, 4)]
+    chunk = pl.DataFrame(pairs, schema=follow_pairs.KEYS, orient="row")
+    tally = follow_pairs.UnknownAccounts(pl.Series(user_ids))
+    assert (tally._bitmap is not None) == (user_ids == [1, 2, 3, 5])
+    for piece in (chunk.head(150), chunk.slice(150, 250), chunk.tail(3)):  # last: ids 1..4 only
+        tally.tally(piece)
+    known = set(user_ids)
+    expected = sorted(
+        (int(a), int(b)) for a, b in pairs if a != b and (a not in known or b not in known)
+    )
+    assert tally.as_dict() == {"rows": len(expected), "example": list(expected[0])}
