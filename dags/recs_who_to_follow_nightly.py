@@ -198,8 +198,9 @@ def recs_who_to_follow_nightly():
     @task(**DATA_TASK_RETRIES)
     def build_graph(run: dict[str, str]) -> dict[str, str]:
         """Capped CSR adjacency for the run, assembled from the pieces, memory-mapped read-only
-        by every shard task. Pieces missing or stale fail it without retries: only capping
-        them again mends that (clear it with its upstream ``cap_graph`` tasks)."""
+        by every shard task. Run again once it has removed the pieces, it keeps the graph it
+        assembled; pieces missing or stale otherwise fail it without retries: only capping them
+        again mends that (clear it with its upstream ``cap_graph`` tasks)."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from recs.nightly import pipeline

@@ -170,10 +170,12 @@ def assemble_graph(
     active follows and its followers), ``reciprocal_pairs.npy`` (the plan's) and
     ``id_index.npy``.
 
-    Once the graph is written the pieces are removed (their arrays take twice ``indices.npy``),
-    so assembling again means capping again; a run store keeps its copies until ``recs gc``
-    removes the run there. Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds", **meta
-    counts}``.
+    Once the graph is written the pieces are removed (their arrays take twice ``indices.npy``);
+    a run store keeps its copies until ``recs gc`` removes the run there. Assembling again
+    without them (a cleared ``build_graph``, a retry after the removal) keeps the graph this
+    plan was assembled into (``_assembled_from_plan``); with some of them back (a ``cap_graph``
+    run again) it needs them all. Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds",
+    **meta counts}``.
     Raises ``RunNotFoundError`` if ``users.parquet``, the plan or the candidate profiles export is
     missing, ``StalePieceError`` naming the partitions whose pieces are missing or stale and
     ``SchemaMismatchError`` if ``user_id`` is not Int64.
@@ -183,10 +185,16 @@ def assemble_graph(
     users_path = Path(paths.snapshot_dir) / "users.parquet"
     user_ids, index, in_degree = context.user_ids, context.index, context.in_degree
     n_nodes = context.n_nodes
+    graph_dir = Path(paths.graph_dir)
+    if _assembled_from_plan(paths, context.plan):
+        meta = read_json(graph_dir / "meta.json")
+        log.info("graph %s: assembled from this plan already (its pieces are gone): kept",
+                 graph_dir)  # fmt: skip
+        return {"graph_dir": str(graph_dir), "seconds": round(time.perf_counter() - started, 3),
+                **meta}  # fmt: skip
     pieces = list(planned_pieces(paths, context.plan))  # refuses missing and stale ones first
     counts = EdgeCounts(partitions=list(context.plan["partitions"]))
 
-    graph_dir = Path(paths.graph_dir)
     graph_dir.mkdir(parents=True, exist_ok=True)
     (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built
     # what a killed attempt left (the run's lock is held: no other build is running)
@@ -248,6 +256,17 @@ def assemble_graph(
         counts.unknown_endpoint_dropped, seconds,
     )
     return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}
+
+
+def _assembled_from_plan(paths, plan: dict[str, Any]) -> bool:
+    """Whether ``paths.graph_dir`` is the graph ``plan`` was assembled into, its pieces removed
+    since: every graph file is there, ``meta.json`` among them (an assembly writes it last and
+    removes it first, ``plan_pieces`` removes it, so it stands for the latest plan), and not
+    one planned piece is left (one that is means a ``cap_graph`` ran again)."""
+    graph_dir = Path(paths.graph_dir)
+    return all((graph_dir / name).is_file() for name in GRAPH_FILES) and not any(
+        piece_dir(paths, shard_id).exists() for shard_id in plan["partitions"]
+    )
 
 
 @dataclass(frozen=True)

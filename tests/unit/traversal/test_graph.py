@@ -411,9 +411,10 @@ def test_the_graph_capped_by_partition_groups_is_the_one_process_graph(tmp_path,
 
 
 def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
-    """The assembly takes a piece only through its piece.json with the plan's inputs and arrays
-    of the sizes it records: a piece whose piece.json is gone (a cap killed half-way), one with
-    an array cut short, and the pieces of an earlier plan (another
+    """Run again after it removed the pieces, the assembly keeps the graph it built (without
+    that graph, it needs them). It takes a piece only through its piece.json with the plan's
+    inputs and arrays of the sizes it records: a piece whose piece.json is gone (a cap killed
+    half-way), one with an array cut short, and the pieces of an earlier plan (another
     hop2_cap) are refused, naming the partitions; a plan from another snapshot manifest is
     refused; once capped again, the graph is the one-process graph."""
     from recs.traversal.graph import assemble_graph
@@ -422,8 +423,13 @@ def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
     paths, settings, _ = many_partitions(tmp_path)
     build_graph(paths, settings)
     whole = (paths.graph_dir / "indices.npy").read_bytes()
+    built = {p.name: p.stat().st_mtime_ns for p in paths.graph_dir.iterdir()}
+    # run again without its pieces (removed by the build): the graph of this plan, kept as is
+    assert assemble_graph(paths, settings)["n_edges"] == load_graph(paths.graph_dir).n_edges
+    assert {p.name: p.stat().st_mtime_ns for p in paths.graph_dir.iterdir()} == built
+    (paths.graph_dir / "meta.json").unlink()  # an assembly killed after it began: not built
     with pytest.raises(StalePieceError, match=r"partitions \[0, 1, 2, 3, 4, 5\]"):
-        assemble_graph(paths, settings)  # the build removed its pieces: capping comes first
+        assemble_graph(paths, settings)  # and the pieces are gone: capping comes first
     cap_pieces(paths, settings, [0, 1, 2, 3, 4, 5])
     (paths.run_dir / "graph_pieces" / "shard_id=003" / "piece.json").unlink()
     cut = paths.run_dir / "graph_pieces" / "shard_id=005" / "000.dst.npy"  # not fsynced: a crash
