@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recs.arrays import sorted_unique
 from recs.errors import DatasetError
 from recs.evaluation.edges import EdgeList
 
@@ -42,7 +43,7 @@ class Split:
     @property
     def test_users(self) -> np.ndarray:
         """Sorted ids of the test users (int64)."""
-        return np.unique(self.test["user_id"].to_numpy())
+        return sorted_unique(self.test["user_id"].to_numpy())
 
 
 def _edge_keys(followers: np.ndarray, followees: np.ndarray, seed: int) -> np.ndarray:
@@ -74,7 +75,7 @@ def random_split(edges: EdgeList, *, share: float, min_follows: int, seed: int) 
     if test.height == 0:
         raise DatasetError(f"{edges.name}: no user follows at least {min_follows} accounts")
     train = ranked.filter(~is_test).select(frame.columns)
-    user_ids = np.unique(np.concatenate([followers, followees]))
+    user_ids = sorted_unique(np.concatenate([followers, followees]))
     return Split(
         kind="random", train=train, test=test, user_ids=user_ids,
         meta={
@@ -96,7 +97,7 @@ def temporal_split(edges: EdgeList, *, quantile: float) -> Split:
     cut = float(np.quantile(frame["followed_at"].to_numpy(), quantile, method="lower"))
     train = frame.filter(pl.col("followed_at") <= cut)
     later = frame.filter(pl.col("followed_at") > cut)
-    user_ids = np.unique(
+    user_ids = sorted_unique(
         np.concatenate([train["follower_id"].to_numpy(), train["followee_id"].to_numpy()])
     )
     known = pl.Series(user_ids)
