@@ -43,11 +43,15 @@ SNAPSHOT_FILES = (
 PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
 _FAILED_STATUSES = {"error", "fail", "runtime error"}
 DOCS_TARGET = "docs"  # dbt docs generate's target folder under <run_dir>/dbt/
+CONSOLE_OFF = ("--log-level", "none", "--log-level-file", "debug")
+"""dbt's console output off, its file log (``<run_dir>/dbt/logs/dbt.log``) kept whole: each
+finished node is logged here (``_log_node_result``), a failed build is one ``ModelsBuildError``
+line naming its nodes, and dbt's console printed a traceback on Ctrl-C."""
 # The nightly build runs the models, their data tests and the exports, not the unit tests: those
 # test the SQL's logic on fixed inputs, so they belong to CI (tests/dbt): dbt's docs recommend
 # running unit tests only in development or CI (docs.getdbt.com/docs/build/unit-tests; the flag:
 # docs.getdbt.com/reference/global-configs/resource-type). One sat on the night's longest chain.
-NIGHTLY_BUILD_FLAGS = ("--quiet", "--exclude-resource-type", "unit_test")
+NIGHTLY_BUILD_FLAGS = (*CONSOLE_OFF, "--exclude-resource-type", "unit_test")
 
 
 def dbt_project_dir() -> Path:
@@ -185,7 +189,7 @@ def generate_docs(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         shutil.rmtree(docs_dir)
     outcome = _invoke(
         runner,
-        dbt_args("docs generate", paths, settings, "--static", "--quiet", target=DOCS_TARGET),
+        dbt_args("docs generate", paths, settings, "--static", *CONSOLE_OFF, target=DOCS_TARGET),
     )
     static_index = docs_dir / "static_index.html"
     if not outcome.success or not static_index.is_file():
@@ -209,7 +213,8 @@ def _dbt_runner(callbacks: list[Any] | None = None) -> Any:
 
 def _invoke(runner: Any, arguments: list[str]) -> Any:
     """``runner.invoke(arguments)`` in this process with the cyclic collector paused, then
-    ``release_duckdb()`` (also if dbt raised) and one collection of what dbt left in cycles.
+    ``release_duckdb()`` (also if dbt raised) and one collection of what dbt left in cycles;
+    ``KeyboardInterrupt`` if dbt was interrupted (it returns Ctrl-C as a failed result).
 
     Why paused: dbt's parse and node bookkeeping make hundreds of thousands of objects, and the
     collections they trigger hold the GIL over every dbt thread. A 1 M-user build with the
@@ -219,10 +224,13 @@ def _invoke(runner: Any, arguments: list[str]) -> Any:
     scale")."""
     try:
         with collector.paused():
-            return runner.invoke(arguments)
+            outcome = runner.invoke(arguments)
     finally:
         release_duckdb()
         gc.collect()
+    if isinstance(outcome.exception, KeyboardInterrupt):
+        raise KeyboardInterrupt  # dbt returns Ctrl-C as a failed result: stop as interrupted
+    return outcome
 
 
 def release_duckdb() -> None:

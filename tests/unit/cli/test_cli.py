@@ -249,3 +249,38 @@ def test_a_store_url_nothing_can_open_is_one_line(recs, monkeypatch, url, reason
     monkeypatch.setenv("RECS_SNAPSHOT_STORE_URL", url)
     code, _, err = recs("run", "--snapshot-date", "2026-11-01")
     assert (code, err) == (2, [f"recs: error: invalid setting snapshot_store_url: {reason}"])
+
+
+def test_ctrl_c_during_dbt_stops_the_run_with_one_line(tmp_path):
+    """SIGINT to a real ``recs run`` while dbt builds (dbt returns Ctrl-C as a failed result,
+    printed a traceback, and the run went on reporting a build failure with no reason): exit
+    130, ``recs: aborted``, no traceback, no stage after build_models."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "RECS_HOME": str(tmp_path)}
+    env.pop("RECS_STORE_URL", None)
+    recs = [sys.executable, "-m", "recs.cli"]
+    generate = [*recs, "generate-graph", "--users", "3000", "--avg-out-degree", "10", "--replace"]
+    subprocess.run(generate, env=env, check=True, capture_output=True)
+    process = subprocess.Popen(
+        [*recs, "run", "--snapshot-date", "2026-11-01"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    dbt_log = tmp_path / "runs" / "2026-11-01" / "cli__2026-11-01" / "dbt" / "logs" / "dbt.log"
+    try:
+        deadline = time.monotonic() + 60
+        while not dbt_log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # dbt opens its log as its invocation starts: then it runs
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert dbt_log.exists() and "build_models" in rest, rest
+    assert process.returncode == 130, rest
+    assert rest.strip().splitlines()[-1] == "recs: aborted"
+    assert "Traceback" not in rest and "build_graph" not in rest
