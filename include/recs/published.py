@@ -31,13 +31,30 @@ MANIFEST_FILE = "manifest.json"
 RECOMMENDATIONS_FILE = "recommendations.parquet"
 
 
-def current_version(published_dir: Path) -> str | None:
-    """The run id ``CURRENT`` points at, or None if nothing was ever published."""
+def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
+    """The run id ``CURRENT`` points at, or None if nothing was ever published (no ``CURRENT``).
+
+    A ``CURRENT`` that names no version (empty, several words, a path: it is only ever replaced
+    whole, so damage from outside) raises ``CorruptFileError`` with the remedy: taken for
+    "nothing published", it would let the gate compare tonight's lists with nothing and ``recs
+    gc`` forget what is served. ``strict=False`` reads it as None instead, for the views and for
+    the commands that replace it (``recs rollback --to``, ``set_current``)."""
+    path = Path(published_dir) / CURRENT_FILE
     try:
-        name = (Path(published_dir) / CURRENT_FILE).read_text(encoding="utf-8").strip()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    return name or None
+    except (OSError, UnicodeDecodeError) as error:
+        text = f"<unreadable: {error}>"
+    name = text.strip()
+    if name and not any(c.isspace() for c in name) and "/" not in name and name not in (".", ".."):
+        return name
+    if not strict:
+        return None
+    raise CorruptFileError(
+        f"{path} names no version ({text[:60]!r}): point it at one with `recs rollback --to "
+        "RUN_ID` (`recs runs` lists them)"
+    )
 
 
 def version_dir(published_dir: Path, run_id: str) -> Path:
@@ -117,7 +134,7 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
     published_dir = Path(published_dir)
     if not published_dir.is_dir():
         return []
-    current = current_version(published_dir)
+    current = current_version(published_dir, strict=False)
     versions = []
     for folder in published_dir.iterdir():
         if folder.name.startswith(".") or not folder.is_dir():

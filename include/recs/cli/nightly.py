@@ -281,7 +281,7 @@ def runs_show(
 
     published_dir = current_settings().published_dir
     manifest = check_version(published_dir, check_run_id(run_id))
-    current = current_version(published_dir)
+    current = current_version(published_dir, strict=False)
     document = {
         **manifest,
         "is_current": run_id == current,

@@ -180,7 +180,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     check_servable(published_dir, run_id)
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
-        previous = current_version(published_dir)
+        previous = current_version(published_dir, strict=False)  # it mends a damaged one
         refuse_unseen(published_dir, previous, "set_current")
         _write_current(published_dir, run_id)
         history.record(published_dir, "set_current", run_id, previous, current=True)
@@ -206,7 +206,10 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
     if to is not None:
         check_run_id(to)
     with publisher_lock(published_dir):
-        current = current_or_raise(published_dir)
+        if to is None:
+            current = current_or_raise(published_dir)
+        else:  # a named version also mends a CURRENT that names none
+            current = current_version(published_dir, strict=False)
         target = to if to is not None else history.predecessor(published_dir, current)
         if target is None:
             raise RunNotFoundError(

@@ -32,7 +32,7 @@ def versions_report(published_dir: Path) -> dict[str, Any]:
     the manifest records a passed gate (only those can be made current again).
     """
     published_dir = Path(published_dir)
-    current = current_version(published_dir)
+    current = current_version(published_dir, strict=False)
     target = history.predecessor(published_dir, current) if current else None
     versions = []
     for version in reversed(list_versions(published_dir)):

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from recs.config import Settings
 from recs.contracts import GLOBAL_TAG
-from recs.errors import StoreUnavailableError
+from recs.errors import CorruptFileError, StoreUnavailableError
 from recs.published import MANIFEST_FILE, check_version, current_version, shard_file
 from recs.serving.coordination import Key, LocalPointer, SharedPointer
 from recs.serving.metrics import (
@@ -302,6 +302,7 @@ class VersionCache:
         self._failed: set[Key] = set()
         self._serving: Key | None = None  # what the last refresh saw served (metrics, logs)
         self._previous: Key | None = None
+        self._damaged: str | None = None  # the error of a CURRENT that names no version
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -325,7 +326,14 @@ class VersionCache:
             served = self.pointer.served()
             if served is not None:
                 self._hold(served)  # a worker that started after the server began serving
-            run_id = current_version(self.published_dir)
+            try:
+                run_id = current_version(self.published_dir)
+            except CorruptFileError as damaged:  # keep serving what is served; say so once
+                if str(damaged) != self._damaged:
+                    log.error("%s; serving the version already served", damaged)
+                self._damaged, run_id = str(damaged), None
+            else:
+                self._damaged = None
             wanted = None
             if run_id is not None:
                 key = _version_key(self.published_dir, run_id)

@@ -90,6 +90,44 @@ def test_rollback_refuses_unknown_incomplete_and_invalid_versions(three):
     assert current_version(published) == "night_3"
 
 
+@pytest.mark.parametrize("text", ["", " \n", "night_2 night_3\n", "../night_1", ".."])
+def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(three, text):
+    """(From an open note.) A CURRENT damaged from outside (empty, two names, a path) is one
+    line with the remedy for the gate, the publisher, a plain rollback and `recs gc`, never
+    "nothing published"; `recs runs` still lists the versions; `rollback --to` mends it."""
+    from recs.errors import CorruptFileError, ValidationEngineError
+    from recs.nightly.baseline import replaced_version
+    from recs.nightly.retention import collect_garbage
+    from recs.published import list_versions
+
+    published = three.published_dir
+    paths, settings = write_good_run(three.home, run_id="night_4",
+                                     snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    validate_run(paths, settings)  # validated while CURRENT was sound
+    (published / "CURRENT").write_text(text)
+    remedy = "names no version .* point it at one with `recs rollback --to RUN_ID`"
+    with pytest.raises(CorruptFileError, match=remedy) as raised:
+        current_version(published)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(CorruptFileError, match=remedy):
+        replaced_version(published, 4, [0, 1, 2, 3])  # the gate's change checks compare with it
+    with pytest.raises(CorruptFileError, match=remedy):
+        publish_run(paths, settings)
+    with pytest.raises(ValidationEngineError, match=remedy):  # the gate errs, with the remedy
+        validate_run(paths, settings)
+    with pytest.raises(CorruptFileError, match=remedy):
+        rollback(three)
+    with pytest.raises(CorruptFileError, match=remedy):
+        collect_garbage(three, dry_run=True)
+    assert current_version(published, strict=False) is None
+    assert [v["run_id"] for v in list_versions(published)] == ["night_1", "night_2", "night_3"]
+    assert not any(v["is_current"] for v in list_versions(published))
+    assert rollback(three, to="night_3") == {"run_id": "night_3", "previous": None,
+                                              "changed": True}  # fmt: skip
+    assert current_version(published) == "night_3"
+    assert rollback(three)["run_id"] == "night_2"  # and the history still knows the order
+
+
 def test_rollback_of_nothing_published(tmp_path):
     with pytest.raises(RunNotFoundError, match="nothing is published"):
         rollback(tmp_path / "home")
