@@ -85,6 +85,25 @@ def test_refresh_keeps_the_old_version_when_the_new_one_is_damaged(world, client
     assert candidates(client.get("/v1/users/1/who-to-follow", headers=bearer(1))) == [20, 21, 22]
 
 
+def test_a_current_naming_no_version_keeps_the_served_one_and_is_logged_once(
+    world, client, caplog
+):
+    """CURRENT emptied from outside: refresh keeps night_1 served and logs the error once (not
+    every half second); a sound CURRENT again swaps as usual."""
+    versions = client.app.state.versions
+    (world.published / "CURRENT").write_text("")
+    with caplog.at_level("ERROR", logger="recs.serving"):
+        assert versions.refresh() is False
+        assert versions.refresh() is False
+    damaged = [r for r in caplog.records if "names no version" in r.getMessage()]
+    assert len(damaged) == 1 and "serving the version already served" in damaged[0].getMessage()
+    body = client.get("/v1/users/1/who-to-follow", headers=bearer(1)).json()
+    assert body["run_id"] == "night_1"
+    world.write_version("va", VA)
+    assert versions.refresh() is True
+    assert candidates(client.get("/v1/users/1/who-to-follow", headers=bearer(1))) == [20, 21, 22]
+
+
 def test_rollback_reuses_the_cached_handle_and_the_metric_follows(world, client):
     """night_1 → va → night_1: the rollback is the very object served before (no reload);
     recs_api_published_version_info is 1 for the served run and 0 for the other."""
