@@ -66,6 +66,10 @@ SNAPSHOT = Asset(name=SNAPSHOT_ASSET_NAME, uri=SNAPSHOT_ASSET_URI)
 PUBLISHED = Asset(name=PUBLISHED_ASSET_NAME, uri=PUBLISHED_ASSET_URI)
 
 DATA_TASK_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(minutes=2)}
+CUT_OFF_SKEW_SECONDS = 60
+"""A cut-off at most this far ahead of a worker's clock fails freeze_snapshot with its retries
+(a clock a little behind the scheduler's at midnight: the retry, 2 minutes later, is past it);
+further ahead, at once."""
 # A gate task's map index reads "shards-008-015": the first and last shard of its group.
 GATE_GROUP_INDEX = (
     "shards-{{ '%03d' % task.op_kwargs['shard_ids'][0] }}-"
@@ -162,8 +166,12 @@ def recs_who_to_follow_nightly():
                 rebuild=bool(context["params"].get("rebuild_snapshot", False)),
                 max_map_length=conf.getint("core", "max_map_length"),
             )
-        except (SnapshotNotRetainedError, ShardPlanError, CutOffAheadError) as error:
-            raise AirflowFailException(str(error)) from None  # no retry within minutes fixes them
+        except CutOffAheadError as error:
+            if error.seconds_ahead <= CUT_OFF_SKEW_SECONDS:
+                raise  # a worker's clock a little behind the scheduler's: a retry is past it
+            raise AirflowFailException(str(error)) from None
+        except (SnapshotNotRetainedError, ShardPlanError) as error:
+            raise AirflowFailException(str(error)) from None  # no retry can fix either
         context["outlet_events"][SNAPSHOT].extra = {
             "snapshot_dir": str(result.get("snapshot_dir", "")),
             "source": result.get("source"),

@@ -113,7 +113,11 @@ class SnapshotNotRetainedError(RecsError):
 class CutOffAheadError(RecsError):
     """A run whose cut-off (the end of its data interval) is still ahead of the wall clock: its
     day is not over, and a snapshot frozen now would be retained as that day's, then reused by
-    the day's own run with the rest of the day missing."""
+    the day's own run with the rest of the day missing. ``seconds_ahead``: by how much."""
+
+    def __init__(self, message: str, seconds_ahead: float = 0.0) -> None:
+        super().__init__(message)
+        self.seconds_ahead = seconds_ahead
 
 
 class ShardPlanError(RecsError):

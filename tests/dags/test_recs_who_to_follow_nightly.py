@@ -231,3 +231,42 @@ def test_a_manual_run_without_a_logical_date_takes_the_latest_complete_day(monke
         assert module._run_ref()["snapshot_date"] == "2026-11-02"
     finally:
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("ahead", "retried"), [(30.0, True), (3600.0, False)])
+def test_a_cut_off_just_ahead_is_retried_and_one_further_ahead_fails_at_once(
+    monkeypatch, tmp_path, ahead, retried
+):
+    """(From a review.) The scheduled run starts at midnight: a worker clock 30 s behind the
+    scheduler's sees its cut-off ahead, and the task fails with its retries (the retry is past
+    midnight); a day an hour from its end fails at once (AirflowFailException)."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from recs.config import get_settings
+    from recs.errors import CutOffAheadError
+    from recs.nightly import pipeline
+
+    module = _dag_module()
+    monkeypatch.setenv("RECS_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    logical = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    dag_run = SimpleNamespace(run_id="scheduled__2026-11-01T00:00:00+00:00", run_after=logical)
+    monkeypatch.setattr(module, "get_current_context", lambda: {
+        "dag_run": dag_run, "logical_date": logical, "params": {}, "outlet_events": {},
+    })  # fmt: skip
+
+    def ahead_of_the_clock(*args, **kwargs):
+        raise CutOffAheadError("the day 2026-11-01 is not over", seconds_ahead=ahead)
+
+    monkeypatch.setattr(pipeline, "freeze_snapshot", ahead_of_the_clock)
+    task = module.recs_who_to_follow_nightly().get_task("freeze_snapshot")
+    expected = CutOffAheadError if retried else AirflowFailException
+    try:
+        with pytest.raises(expected, match="the day 2026-11-01 is not over") as raised:
+            task.python_callable()
+        assert type(raised.value) is expected
+    finally:
+        get_settings.cache_clear()

@@ -170,7 +170,7 @@ def freeze(
     date's retained snapshot. Returns what ``wait_for_standby`` said when it read a hot standby
     (else None). Raises ``CutOffAheadError`` (``refuse_cut_off_ahead``), ``LiveStoreError``
     for a missing store or a failed read."""
-    refuse_cut_off_ahead(paths, wall_clock())
+    refuse_cut_off_ahead(paths, wall_clock())  # freeze_snapshot asked already; other callers
     target = folder(paths.home, paths.snapshot_date)
     with _date_lock(target):
         if is_complete(target) and not rebuild:
@@ -290,7 +290,8 @@ def refuse_cut_off_ahead(paths: RunPaths, now: dt.datetime) -> None:
         f"the day {day.isoformat()} is not over: its cut-off {cut_off.isoformat()}Z is still "
         f"ahead (now {now.isoformat(timespec='seconds')}Z), and a snapshot frozen now would be "
         f"kept as the whole day's. Run {latest} or an earlier day (an Airflow run without a "
-        "logical date takes the latest complete day), or wait for the cut-off"
+        "logical date takes the latest complete day), or wait for the cut-off",
+        seconds_ahead=(cut_off - now).total_seconds(),
     )
 
 
@@ -352,7 +353,7 @@ def _as_of(
         for account in ACCOUNT_COLUMNS.get(name, ()):
             keep = keep & pl.col(account).is_in(dropped.implode()).not_()
     excluded.setdefault(name, 0)
-    if frame.select(keep.all()).item():
+    if frame.select(keep.fill_null(False).all()).item():  # NULL: the filter drops the row
         return frame  # a nightly read keeps every row: no copy of them
     kept = frame.filter(keep)
     excluded[name] = excluded.get(name, 0) + frame.height - kept.height

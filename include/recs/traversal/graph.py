@@ -47,13 +47,14 @@ from typing import Any
 import numpy as np
 
 from recs.errors import CorruptFileError, RecsError, RunNotFoundError, SchemaMismatchError
-from recs.files import read_json, read_parquet, write_json
+from recs.files import read_json, read_parquet, sha256_file, write_json
 from recs.traversal.capped_rows import EdgeCounts, assemble_rows
 from recs.traversal.graph_pieces import (
     GraphContext,
     cap_pieces,
     graph_context,
     piece_dir,
+    pieces_dir,
     plan_pieces,
     planned_pieces,
     save_npy,
@@ -171,10 +172,10 @@ def assemble_graph(
     ``id_index.npy``.
 
     Once the graph is written the pieces are removed (their arrays take twice ``indices.npy``);
-    a run store keeps its copies until ``recs gc`` removes the run there. Assembling again
-    without them (a cleared ``build_graph``, a retry after the removal) keeps the graph this
-    plan was assembled into (``_assembled_from_plan``); with some of them back (a ``cap_graph``
-    run again) it needs them all. Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds",
+    a run store keeps its copies until ``recs gc`` removes the run there. Assembling again (a
+    cleared ``build_graph``, a retry after the removal or killed during it) keeps the graph this
+    plan was assembled into if it is whole (``_assembled_from_plan``), else needs every piece.
+    Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds",
     **meta counts}``.
     Raises ``RunNotFoundError`` if ``users.parquet``, the plan or the candidate profiles export is
     missing, ``StalePieceError`` naming the partitions whose pieces are missing or stale and
@@ -186,12 +187,12 @@ def assemble_graph(
     user_ids, index, in_degree = context.user_ids, context.index, context.in_degree
     n_nodes = context.n_nodes
     graph_dir = Path(paths.graph_dir)
-    if _assembled_from_plan(paths, context.plan):
-        meta = read_json(graph_dir / "meta.json")
-        log.info("graph %s: assembled from this plan already (its pieces are gone): kept",
-                 graph_dir)  # fmt: skip
+    plan_sha256 = sha256_file(pieces_dir(paths) / "plan.json")
+    kept = _assembled_from_plan(graph_dir, plan_sha256)
+    if kept is not None:
+        log.info("graph %s: assembled from this plan already: kept", graph_dir)
         return {"graph_dir": str(graph_dir), "seconds": round(time.perf_counter() - started, 3),
-                **meta}  # fmt: skip
+                **kept}  # fmt: skip
     pieces = list(planned_pieces(paths, context.plan))  # refuses missing and stale ones first
     counts = EdgeCounts(partitions=list(context.plan["partitions"]))
 
@@ -245,6 +246,10 @@ def assemble_graph(
         "rows_capped": counts.rows_capped,
         "max_row_length": int(degree.max()) if n_nodes else 0,
         "partitions": counts.partitions,
+        "plan_sha256": plan_sha256,
+        "file_sizes": {
+            name: (graph_dir / name).stat().st_size for name in GRAPH_FILES if name != "meta.json"
+        },
     }
     write_json(graph_dir / "meta.json", meta)
     for shard_id in context.plan["partitions"]:  # scratch, 2x indices.npy: built, not needed
@@ -258,15 +263,29 @@ def assemble_graph(
     return {"graph_dir": str(graph_dir), "seconds": seconds, **meta}
 
 
-def _assembled_from_plan(paths, plan: dict[str, Any]) -> bool:
-    """Whether ``paths.graph_dir`` is the graph ``plan`` was assembled into, its pieces removed
-    since: every graph file is there, ``meta.json`` among them (an assembly writes it last and
-    removes it first, ``plan_pieces`` removes it, so it stands for the latest plan), and not
-    one planned piece is left (one that is means a ``cap_graph`` ran again)."""
-    graph_dir = Path(paths.graph_dir)
-    return all((graph_dir / name).is_file() for name in GRAPH_FILES) and not any(
-        piece_dir(paths, shard_id).exists() for shard_id in plan["partitions"]
-    )
+def _assembled_from_plan(graph_dir: Path, plan_sha256: str) -> dict[str, Any] | None:
+    """The ``meta.json`` of ``graph_dir`` if it holds the graph the plan whose ``plan.json`` has
+    ``plan_sha256`` was assembled into, whole, else None: ``meta.json`` (written last by an
+    assembly, removed first by the next one and by ``plan_pieces``) names this plan and this
+    format, and every other graph file has the size it records. The pieces play no part: they
+    would give the same bytes, and the assembly removes them after ``meta.json``."""
+    try:
+        meta = read_json(graph_dir / "meta.json")
+    except (RunNotFoundError, CorruptFileError):
+        return None
+    sizes = meta.get("file_sizes")
+    if (
+        meta.get("format_version") != GRAPH_FORMAT_VERSION
+        or meta.get("plan_sha256") != plan_sha256
+        or not isinstance(sizes, dict)
+        or set(sizes) != set(GRAPH_FILES) - {"meta.json"}
+    ):
+        return None
+    for name, size in sizes.items():
+        path = graph_dir / name
+        if not path.is_file() or path.stat().st_size != size:
+            return None
+    return meta
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,25 @@ def test_a_run_of_today_is_refused_and_retains_nothing(settings, rebuild):
     assert not retained.folder(settings.home, today).exists()
 
 
+def test_a_retained_snapshot_of_a_day_not_over_is_not_reused(settings, monkeypatch):
+    """(From a review.) Today's snapshot retained before the check existed (frozen here with
+    the clock set past midnight, as a version without the check froze it, or pulled from a
+    worker running one): a run of today is refused before reusing it."""
+    from recs.nightly import snapshot
+
+    today = dt.datetime.now(dt.UTC).date()
+    tomorrow = dt.datetime.combine(today + dt.timedelta(days=1), dt.time(0, 0, 1))
+    monkeypatch.setattr(retained, "wall_clock", lambda: tomorrow)
+    monkeypatch.setattr(snapshot, "wall_clock", lambda: tomorrow)
+    freeze_snapshot(RunPaths.create(settings.home, today, "early"), settings)
+    assert retained.is_complete(retained.folder(settings.home, today))
+    monkeypatch.undo()
+    paths = RunPaths.create(settings.home, today, "again")
+    with pytest.raises(CutOffAheadError, match=f"the day {today.isoformat()} is not over"):
+        freeze_snapshot(paths, settings)
+    assert not paths.snapshot_dir.exists()
+
+
 def test_a_rebuilt_snapshot_holds_only_what_existed_by_the_cut_off(settings):
     paths = RunPaths.create(settings.home, "2026-11-01", "backfill-1")
     freeze_snapshot(paths, settings, rebuild=True)

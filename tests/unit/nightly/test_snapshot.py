@@ -822,3 +822,21 @@ def test_unknown_accounts_by_bitmap_or_hash_count_the_same_rows(user_ids):
         (int(a), int(b)) for a, b in pairs if a != b and (a not in known or b not in known)
     )
     assert tally.as_dict() == {"rows": len(expected), "example": list(expected[0])}
+
+
+@pytest.mark.parametrize("another_row_fails", [False, True])
+def test_a_null_account_id_is_left_out_whether_or_not_other_rows_are(another_row_fails):
+    """(From a review.) With an account created after the cut-off, a block naming a NULL
+    account is left out (and counted) the same whether another row fails the cut-off or not:
+    the shortcut that keeps a frame whole must not read a NULL as a pass."""
+    cut_off = dt.datetime(2026, 11, 2)
+    late = cut_off + dt.timedelta(hours=1) if another_row_fails else cut_off - dt.timedelta(days=1)
+    blocks = pl.DataFrame(
+        {"blocker_id": [1, 2], "blocked_id": [None, 3],
+         "created_at": [cut_off - dt.timedelta(days=1), late]},
+        schema={"blocker_id": pl.Int64, "blocked_id": pl.Int64, "created_at": pl.Datetime("us")},
+    )  # fmt: skip
+    excluded: dict[str, int] = {}
+    kept = retained._as_of(blocks, "blocks", cut_off, pl.Series([9]), excluded)
+    assert kept["blocker_id"].to_list() == ([] if another_row_fails else [2])
+    assert excluded == {"blocks": 2 if another_row_fails else 1}

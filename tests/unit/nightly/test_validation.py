@@ -512,6 +512,30 @@ def test_poisoned_run_fails_the_named_expectation(good_run, poisoning):
     assert failed == expected
 
 
+def test_a_failing_batch_whose_examples_cannot_be_computed_keeps_its_verdict(
+    good_run, monkeypatch
+):
+    """(From a review.) The second run of a failing batch (SUMMARY, for the failing rows'
+    examples) raises: the data failure stands as it was judged (ValidationFailedError naming
+    no_excluded_candidate, nothing errored), not an engine error marking every check."""
+    import great_expectations as gx
+
+    real_run = gx.Checkpoint.run
+
+    def run(self, *args, **kwargs):
+        if self.result_format != {"result_format": "BASIC"}:
+            raise RuntimeError("injected failure of the detailed run")
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(gx.Checkpoint, "run", run)
+    paths, settings = good_run
+    rewrite_shard(paths, 0, _set("candidate_id", 15, where=_row(6, 2)))
+    with pytest.raises(ValidationFailedError, match="no_excluded_candidate"):
+        validate_run(paths, settings)
+    summary = json.loads((paths.validation_dir / "summary.json").read_text())
+    assert summary["failed"] == ["no_excluded_candidate"] and summary["errored"] == []
+
+
 def test_unexpected_rows_are_named_by_their_keys(good_run):
     """The excluded pair (6, 15) is reported with its user and candidate ids."""
     paths, settings = good_run

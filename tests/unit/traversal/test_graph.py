@@ -424,12 +424,17 @@ def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
     build_graph(paths, settings)
     whole = (paths.graph_dir / "indices.npy").read_bytes()
     built = {p.name: p.stat().st_mtime_ns for p in paths.graph_dir.iterdir()}
-    # run again without its pieces (removed by the build): the graph of this plan, kept as is
+    # run again without its pieces (removed by the build): the graph of this plan, kept as is,
+    # also with a piece's folder left (killed while removing them, a review found)
+    assert assemble_graph(paths, settings)["n_edges"] == load_graph(paths.graph_dir).n_edges
+    (paths.run_dir / "graph_pieces" / "shard_id=002").mkdir()
     assert assemble_graph(paths, settings)["n_edges"] == load_graph(paths.graph_dir).n_edges
     assert {p.name: p.stat().st_mtime_ns for p in paths.graph_dir.iterdir()} == built
-    (paths.graph_dir / "meta.json").unlink()  # an assembly killed after it began: not built
+    indices = paths.graph_dir / "indices.npy"
+    indices.write_bytes(indices.read_bytes()[:-4])  # a graph not whole is never kept
     with pytest.raises(StalePieceError, match=r"partitions \[0, 1, 2, 3, 4, 5\]"):
         assemble_graph(paths, settings)  # and the pieces are gone: capping comes first
+    (paths.graph_dir / "meta.json").unlink()  # an assembly killed after it began: not built
     cap_pieces(paths, settings, [0, 1, 2, 3, 4, 5])
     (paths.run_dir / "graph_pieces" / "shard_id=003" / "piece.json").unlink()
     cut = paths.run_dir / "graph_pieces" / "shard_id=005" / "000.dst.npy"  # not fsynced: a crash
