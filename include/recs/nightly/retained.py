@@ -170,7 +170,7 @@ def freeze(
     date's retained snapshot. Returns what ``wait_for_standby`` said when it read a hot standby
     (else None). Raises ``CutOffAheadError`` (``refuse_cut_off_ahead``), ``LiveStoreError``
     for a missing store or a failed read."""
-    refuse_cut_off_ahead(paths, wall_clock())  # freeze_snapshot asked already; other callers
+    refuse_cut_off_ahead(paths, wall_clock())  # as freeze_snapshot, before reuse, already did
     target = folder(paths.home, paths.snapshot_date)
     with _date_lock(target):
         if is_complete(target) and not rebuild:

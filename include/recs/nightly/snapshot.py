@@ -76,8 +76,8 @@ def freeze_snapshot(
     ``wait_for_standby`` said when a hot standby was read, else None), ``seconds``. Raises
     ``CutOffAheadError`` (the day is not over: ``retained.refuse_cut_off_ahead``, also before
     reusing a retained snapshot), ``SnapshotNotRetainedError`` (past date, nothing retained, no
-    rebuild), ``ShardPlanError``,
-    ``LiveStoreError``, ``RunInProgressError`` (another process holds the run).
+    rebuild), ``ShardPlanError``, ``LiveStoreError``, ``RunInProgressError`` (another process
+    holds the run).
     """
     started = time.perf_counter()
     # before any reuse too: a day's snapshot retained before its cut-off (by a version without
