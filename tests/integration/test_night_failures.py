@@ -6,7 +6,7 @@ home and injects one fault for real:
 
 - a shard's input partition truncated after the plan: that traversal raises, the night
   publishes with the shard carried over from night_1, and the next night recomputes it;
-- 2026-12-31, a night nobody is active in the 30-day window before: nothing to validate;
+- 2026-12-03, a night nobody is active in the 30-day window before: nothing to validate;
 - half the follow edges lost from the live store: users with lists and rows drop far beyond
   25 %, the gate fails on the comparison with night_1;
 - night_1 rerun with 2 shards instead of 4: the old shard_id=002/003 folders are removed by the
@@ -115,13 +115,13 @@ def test_a_failing_shard_is_carried_over_and_the_next_night_recomputes_it(home, 
 
 
 def test_a_night_with_nobody_eligible_is_not_published(home):
-    """2026-12-31: nobody was active in the 30 days before, every shard is empty."""
+    """2026-12-03: nobody was active in the 30 days before, every shard is empty."""
     settings = settings_for(home)
     with pytest.raises(NothingToValidateError, match="nobody is eligible tonight"):
-        pipeline.run_all(home, "2026-12-31", "empty", settings)
+        pipeline.run_all(home, "2026-12-03", "empty", settings)
     assert current_version(settings.published_dir) == "night_1"
     assert not (settings.published_dir / "empty").exists()
-    summary = (home / "runs" / "2026-12-31" / "empty" / "validation" / "summary.json").read_text()
+    summary = (home / "runs" / "2026-12-03" / "empty" / "validation" / "summary.json").read_text()
     assert '"outcome": "nothing_to_validate"' in summary
 
 

@@ -57,7 +57,7 @@ def test_no_computed_shard_is_nothing_to_validate(tmp_path):
 
 
 def test_nobody_eligible_is_nothing_to_validate(tmp_path):
-    """The 2026-12-31 case: nobody active in the window, every shard computed and empty."""
+    """The 2026-12-03 case: nobody active in the window, every shard computed and empty."""
     paths, settings = write_good_run(tmp_path / "home", rows={}, eligible=[])
     with pytest.raises(NothingToValidateError, match="nobody is eligible tonight"):
         validate_run(paths, settings)
