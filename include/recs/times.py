@@ -54,6 +54,6 @@ def utc_iso(moment: dt.datetime) -> str:
 
 def wall_clock() -> dt.datetime:
     """Now as naive UTC. Online paths read it (ingestion's time window, the read API); a
-    nightly run only to refuse a cut-off still ahead (``retained.refuse_cut_off_ahead``), never
-    to compute (ARCHITECTURE §5, "Time")."""
+    nightly run only to refuse a cut-off still ahead (``point_in_time.refuse_cut_off_ahead``),
+    never to compute (ARCHITECTURE §5, "Time")."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)

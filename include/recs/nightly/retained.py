@@ -2,8 +2,8 @@
 
 ``freeze`` reads every table in one read transaction (``recs.store.readers.open_reader``), from
 the primary or a hot standby (``recs.store.standby.snapshot_source``), keeps the rows that
-existed by the cut-off (``CUT_OFF_COLUMNS``; ``last_active_at`` is clamped to it; rows that
-name an account created later are dropped with it), partitions follow edges by the shard plan
+existed by the cut-off (``point_in_time``: ``last_active_at`` clamped to it, rows that name an
+account created later dropped with it), partitions follow edges by the shard plan
 chunk by chunk as they are read, sorts and writes each shard in a thread pool, and renames the
 folder into place under a per-date lock: a second run of the same date waits, then reuses it.
 A retained snapshot's ``manifest.json`` holds no timings, so the same store gives the same
@@ -32,15 +32,9 @@ import pyarrow.parquet as pq
 
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, arrow_schema, check_schema
-from recs.errors import (
-    CorruptFileError,
-    CutOffAheadError,
-    LiveStoreError,
-    RecsError,
-    SnapshotNotRetainedError,
-)
+from recs.errors import CorruptFileError, LiveStoreError, RecsError, SnapshotNotRetainedError
 from recs.files import read_json, sha256_file, staging_name, write_json
-from recs.nightly import follow_pairs
+from recs.nightly import follow_pairs, point_in_time
 from recs.nightly.artifacts import Part, run_store
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
@@ -48,7 +42,6 @@ from recs.sharding import shard_expr
 from recs.store.connections import display_url, one_line
 from recs.store.readers import LiveStoreReader, open_reader
 from recs.store.standby import snapshot_source
-from recs.times import wall_clock
 
 log = logging.getLogger("recs.nightly.retained")
 
@@ -62,24 +55,6 @@ SORT_KEYS: dict[str, list[str]] = {
     "user_interests": ["user_id", "tag"],
 }
 """The key of each snapshot table: its primary key in the store, and its sort order on disk."""
-
-CUT_OFF_COLUMNS = {
-    "users": "created_at",
-    "follow_edges": "created_at",
-    "blocks": "created_at",
-    "mutes": "created_at",
-    "dismissed_candidates": "dismissed_at",
-}
-"""The time a row came into being, per table: rows at or after the cut-off are left out (the
-data interval ``[date, cut-off)`` is half-open). Interests carry no time and are kept."""
-ACCOUNT_COLUMNS = {
-    "follow_edges": ("follower_id", "followee_id"),
-    "blocks": ("blocker_id", "blocked_id"),
-    "mutes": ("muter_id", "muted_id"),
-    "dismissed_candidates": ("user_id", "candidate_id"),
-    "user_interests": ("user_id",),
-}
-"""The account ids each table names (a row naming an account created after the cut-off goes)."""
 
 PARQUET_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
@@ -168,9 +143,8 @@ def freeze(
     Without ``rebuild``, refuses (``SnapshotNotRetainedError``, nothing written) when the store
     has moved more than ``snapshot_max_lag_hours`` past the cut-off; with it, replaces that
     date's retained snapshot. Returns what ``wait_for_standby`` said when it read a hot standby
-    (else None). Raises ``CutOffAheadError`` (``refuse_cut_off_ahead``), ``LiveStoreError``
-    for a missing store or a failed read."""
-    refuse_cut_off_ahead(paths, wall_clock())  # as freeze_snapshot, before reuse, already did
+    (else None). Raises ``LiveStoreError`` for a missing store or a failed read (the caller,
+    ``snapshot.freeze_snapshot``, refuses a cut-off still ahead first)."""
     target = folder(paths.home, paths.snapshot_date)
     with _date_lock(target):
         if is_complete(target) and not rebuild:
@@ -201,20 +175,20 @@ def freeze(
                     backend = reader.backend
                     try:
                         users = reader.read_table("users")  # first: the plan, the staleness check
-                        newest = _newest(users)
+                        newest = point_in_time.newest(users)
                         if not rebuild and newest is not None:
                             refuse_stale(paths, newest, settings.snapshot_max_lag_hours)
-                        kept, dropped, excluded = _users_as_of(users, cut_off)
+                        kept, dropped, excluded = point_in_time.users_as_of(users, cut_off)
                         del users
                         plan = plan_for(
-                            _eligible(kept, cut_off, settings.eligibility_window_days),
+                            point_in_time.eligible(kept, cut_off, settings.eligibility_window_days),
                             settings,
                             max_map_length,
                         )
                         write_table("users", kept)
                         parts, by_status, unknown = read_follow_edges(
                             reader, kept.get_column("user_id"), plan.shard_count, spill,
-                            lambda chunk, left_out: _as_of(
+                            lambda chunk, left_out: point_in_time.as_of(
                                 chunk, "follow_edges", cut_off, dropped, left_out
                             ),
                             excluded,
@@ -223,7 +197,9 @@ def freeze(
                         for name in ("blocks", "mutes", "dismissed_candidates", "user_interests"):
                             write_table(
                                 name,
-                                _as_of(reader.read_table(name), name, cut_off, dropped, excluded),
+                                point_in_time.as_of(
+                                    reader.read_table(name), name, cut_off, dropped, excluded
+                                ),
                             )
                     except (RecsError, OSError, MemoryError):
                         raise  # ours, and writing the tables (a full disk is not the store's)
@@ -276,25 +252,6 @@ def freeze(
         return standby
 
 
-def refuse_cut_off_ahead(paths: RunPaths, now: dt.datetime) -> None:
-    """Raise ``CutOffAheadError`` when ``paths``' cut-off is later than ``now`` (naive UTC, the
-    wall clock): the day is not over, and what is frozen now would be retained as the whole day
-    and reused by its own run. The one place a nightly run reads the clock: it decides whether
-    a snapshot may be made, never what goes into it."""
-    cut_off = paths.as_of.replace(tzinfo=None)
-    if cut_off <= now:
-        return
-    day = paths.snapshot_date
-    latest = (now - dt.timedelta(days=1)).date().isoformat()
-    raise CutOffAheadError(
-        f"the day {day.isoformat()} is not over: its cut-off {cut_off.isoformat()}Z is still "
-        f"ahead (now {now.isoformat(timespec='seconds')}Z), and a snapshot frozen now would be "
-        f"kept as the whole day's. Run {latest} or an earlier day (an Airflow run without a "
-        "logical date takes the latest complete day), or wait for the cut-off",
-        seconds_ahead=(cut_off - now).total_seconds(),
-    )
-
-
 def refuse_stale(paths: RunPaths, newest: dt.datetime, lag_hours: float) -> None:
     """Raise ``SnapshotNotRetainedError`` when the store's newest timestamp ``newest`` (naive UTC)
     is more than ``lag_hours`` past the run's cut-off: the store no longer shows that date."""
@@ -311,60 +268,6 @@ def refuse_stale(paths: RunPaths, newest: dt.datetime, lag_hours: float) -> None
         "only rows created by the cut-off and cannot bring back what was removed or changed "
         "since (README, 'Backfills and reruns')"
     )
-
-
-def _newest(users: pl.DataFrame) -> dt.datetime | None:
-    """The latest account creation or activity in the store (naive UTC), None if empty."""
-    latest = users.select(pl.max_horizontal(pl.col("created_at").max(),
-                                            pl.col("last_active_at").max())).item()  # fmt: skip
-    return latest
-
-
-def _users_as_of(
-    users: pl.DataFrame, cut_off: dt.datetime
-) -> tuple[pl.DataFrame, pl.Series, dict[str, int]]:
-    """The accounts that existed by the cut-off, ``last_active_at`` clamped to it; the ids of
-    the later ones (rows naming them are dropped too); rows left out per table so far."""
-    later = pl.col("created_at") >= cut_off
-    dropped = users.filter(later).get_column("user_id")
-    kept = users.filter(later.not_() | pl.col("created_at").is_null()).with_columns(
-        pl.when(pl.col("last_active_at") > cut_off)
-        .then(pl.lit(cut_off, dtype=pl.Datetime("us")))
-        .otherwise(pl.col("last_active_at"))
-        .alias("last_active_at")
-    )
-    return kept, dropped, {"users": dropped.len()}
-
-
-def _as_of(
-    frame: pl.DataFrame,
-    name: str,
-    cut_off: dt.datetime,
-    dropped: pl.Series,
-    excluded: dict[str, int],
-) -> pl.DataFrame:
-    """``frame``'s rows that existed by the cut-off (``CUT_OFF_COLUMNS``) and name no account
-    created after it; counts what it leaves out in ``excluded[name]``."""
-    keep = pl.lit(True)
-    column = CUT_OFF_COLUMNS.get(name)
-    if column is not None:  # the data interval is half-open: the cut-off itself is the next day
-        keep = keep & (pl.col(column) < cut_off).fill_null(True)
-    if dropped.len():
-        for account in ACCOUNT_COLUMNS.get(name, ()):
-            keep = keep & pl.col(account).is_in(dropped.implode()).not_()
-    excluded.setdefault(name, 0)
-    if frame.select(keep.fill_null(False).all()).item():  # NULL: the filter drops the row
-        return frame  # a nightly read keeps every row: no copy of them
-    kept = frame.filter(keep)
-    excluded[name] = excluded.get(name, 0) + frame.height - kept.height
-    return kept
-
-
-def _eligible(users: pl.DataFrame, cut_off: dt.datetime, window_days: int) -> int:
-    since = cut_off - dt.timedelta(days=window_days)
-    return users.filter(
-        (pl.col("account_status") == "active") & (pl.col("last_active_at") >= since)
-    ).height
 
 
 def write_parquet(frame: pl.DataFrame, contract: dict[str, pl.DataType], path: Path) -> None:

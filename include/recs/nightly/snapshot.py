@@ -39,7 +39,7 @@ import polars as pl
 
 from recs.config import Settings
 from recs.files import link_or_copy, staging_name, write_json
-from recs.nightly import follow_pairs, retained
+from recs.nightly import follow_pairs, point_in_time, retained
 from recs.nightly.locks import run_lock
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
@@ -74,15 +74,15 @@ def freeze_snapshot(
     Returns ``snapshot_dir``, ``manifest``, ``row_counts``, ``shard_count``, ``source``
     (``retained`` when this run reused the date's snapshot), ``standby`` (what
     ``wait_for_standby`` said when a hot standby was read, else None), ``seconds``. Raises
-    ``CutOffAheadError`` (the day is not over: ``retained.refuse_cut_off_ahead``, also before
-    reusing a retained snapshot), ``SnapshotNotRetainedError`` (past date, nothing retained, no
-    rebuild), ``ShardPlanError``, ``LiveStoreError``, ``RunInProgressError`` (another process
-    holds the run).
+    ``CutOffAheadError`` (the day is not over: ``point_in_time.refuse_cut_off_ahead``, also
+    before reusing a retained snapshot), ``SnapshotNotRetainedError`` (past date, nothing
+    retained, no rebuild), ``ShardPlanError``, ``LiveStoreError``, ``RunInProgressError``
+    (another process holds the run).
     """
     started = time.perf_counter()
     # before any reuse too: a day's snapshot retained before its cut-off (by a version without
     # this check, or pulled from a worker running one) is not the whole day
-    retained.refuse_cut_off_ahead(paths, wall_clock())
+    point_in_time.refuse_cut_off_ahead(paths, wall_clock())
     with run_lock(paths):
         frozen = retained.folder(paths.home, paths.snapshot_date)
         standby = None

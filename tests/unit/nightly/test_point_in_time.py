@@ -38,7 +38,7 @@ from recs.errors import (
     SnapshotNotRetainedError,
 )
 from recs.files import read_json
-from recs.nightly import pipeline, retained
+from recs.nightly import pipeline, point_in_time, retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 
@@ -76,12 +76,12 @@ def test_a_cut_off_ahead_of_the_clock_is_refused_at_the_instant_it_is_not_past()
     at it (the interval is half-open) and after; the message names the latest complete day."""
     paths = RunPaths.create("/tmp/unused", "2026-11-01", "r")
     with pytest.raises(CutOffAheadError) as raised:
-        retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 1, 23, 59, 59, 999_999))
+        point_in_time.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 1, 23, 59, 59, 999_999))
     message = str(raised.value)
     assert message.startswith("the day 2026-11-01 is not over: its cut-off 2026-11-02T00:00:00Z")
     assert "now 2026-11-01T23:59:59Z" in message and "Run 2026-10-31 or an earlier day" in message
-    retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2))
-    retained.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2, 0, 0, 1))
+    point_in_time.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2))
+    point_in_time.refuse_cut_off_ahead(paths, dt.datetime(2026, 11, 2, 0, 0, 1))
 
 
 @pytest.mark.parametrize("rebuild", [False, True])
@@ -104,7 +104,6 @@ def test_a_retained_snapshot_of_a_day_not_over_is_not_reused(settings, monkeypat
 
     today = dt.datetime.now(dt.UTC).date()
     tomorrow = dt.datetime.combine(today + dt.timedelta(days=1), dt.time(0, 0, 1))
-    monkeypatch.setattr(retained, "wall_clock", lambda: tomorrow)
     monkeypatch.setattr(snapshot, "wall_clock", lambda: tomorrow)
     freeze_snapshot(RunPaths.create(settings.home, today, "early"), settings)
     assert retained.is_complete(retained.folder(settings.home, today))

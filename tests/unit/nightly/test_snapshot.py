@@ -28,7 +28,7 @@ from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
 from recs.errors import LiveStoreError
 from recs.files import read_json
-from recs.nightly import follow_pairs, retained
+from recs.nightly import follow_pairs, point_in_time, retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
@@ -837,6 +837,6 @@ def test_a_null_account_id_is_left_out_whether_or_not_other_rows_are(another_row
         schema={"blocker_id": pl.Int64, "blocked_id": pl.Int64, "created_at": pl.Datetime("us")},
     )  # fmt: skip
     excluded: dict[str, int] = {}
-    kept = retained._as_of(blocks, "blocks", cut_off, pl.Series([9]), excluded)
+    kept = point_in_time.as_of(blocks, "blocks", cut_off, pl.Series([9]), excluded)
     assert kept["blocker_id"].to_list() == ([] if another_row_fails else [2])
     assert excluded == {"blocks": 2 if another_row_fails else 1}
