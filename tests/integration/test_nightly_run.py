@@ -330,3 +330,4 @@ def test_bad_arguments_exit_nonzero_with_one_line(demo, args, needle):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("recs: error:")
     assert needle in lines[0]
+    assert not list(demo["run_dir"].glob(".locks/shard_id=016.lock"))  # refused: no lock left

@@ -82,14 +82,35 @@ def progress(message: str) -> None:
     err.print(f"[dim]→ {message}[/dim]", highlight=False)
 
 
+def print_whole(table: Table, least: int | None = None) -> None:
+    """Print ``table`` at least ``least`` columns wide (default: its natural width), even past a
+    narrower terminal's: a run id or a path is never folded or cut (it is copied into the next
+    command); the terminal wraps the long lines instead."""
+    from rich.measure import Measurement
+
+    if least is None:
+        least = Measurement.get(out, out.options.update_width(10_000), table).maximum
+    width = out.width
+    out.width = max(width, least)  # print(width=...) is capped at the terminal's width
+    try:
+        out.print(table)
+    finally:
+        out.width = width
+
+
 def print_mapping(title: str, mapping: dict) -> None:
     table = Table(title=title, show_header=False)
     table.add_column("key")
     table.add_column("value")
+    rows = []
     for key, value in mapping.items():
         if isinstance(value, int) and not isinstance(value, bool):
             value = f"{value:,}"
         elif isinstance(value, float):
             value = f"{value:,.3f}"
-        table.add_row(str(key), str(value))
-    out.print(table)
+        rows.append((str(key), str(value)))
+        table.add_row(*rows[-1])
+    # text wraps at its spaces; the longest word (a path) fits whole: borders and padding are 7
+    key_width = max((len(key) for key, _ in rows), default=0)
+    word = max((len(w) for _, value in rows for w in value.split()), default=0)
+    print_whole(table, least=key_width + word + 7)

@@ -26,6 +26,7 @@ from recs.cli.app import (
     err,
     out,
     print_mapping,
+    print_whole,
     progress,
     shard_app,
 )
@@ -252,7 +253,7 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             "rows",
             "carried over (from)",
         ):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, no_wrap=True)
         for version in doc["versions"]:
             table.add_row(
                 "*" if version.get("is_current") else "",
@@ -263,7 +264,7 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                 f"{version.get('rows', 0):,}",
                 _carried_text(version.get("carried_over", [])),
             )
-        out.print(table)
+        print_whole(table)
 
     emit({"versions": versions}, as_json, render)
 
@@ -304,7 +305,8 @@ def runs_show(
         )
         table = Table(title="shards")
         for column in ("shard", "status", "computed in", "users", "rows"):
-            table.add_column(column, justify="right" if column in ("users", "rows") else "left")
+            justify = "right" if column in ("users", "rows") else "left"
+            table.add_column(column, justify=justify, no_wrap=True)
         for shard in doc["shards"]:
             status = shard.get("status", "computed")
             origin = shard.get("carried_from") if status == "carried_over" else run_id
@@ -315,7 +317,7 @@ def runs_show(
                 f"{shard.get('users', 0):,}",
                 f"{shard.get('rows', 0):,}",
             )
-        out.print(table)
+        print_whole(table)
 
     emit(document, as_json, render)
 

@@ -57,7 +57,9 @@ def report(
                 "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed",
                 "shards": ", ".join(statuses) or "none planned",
                 "skew (over 2x median)": ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none",
-                "hub share of traversals": doc["hubs"]["share"],
+                "hub share of traversals": "none recorded"
+                if doc["hubs"]["share"] is None
+                else f"{doc['hubs']['share']:.1%}",
                 "dbt problems": ", ".join(p["unique_id"] for p in doc["dbt"]["problems"]) or "none",
                 "Data Docs": doc["files"]["data_docs"] or "not built",
                 "dbt docs": doc["files"]["dbt_docs"] or "not generated (recs dbt-docs)",

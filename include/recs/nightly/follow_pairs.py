@@ -119,12 +119,14 @@ class UnknownAccounts:
     an example."""
 
     def __init__(self, user_ids: pl.Series) -> None:
-        self._known = user_ids.implode()
+        self._known: pl.Series | None = None  # the ids as one list, for is_in: sparse ids only
         self._bitmap: np.ndarray | None = None
         ids = user_ids.drop_nulls().to_numpy()
         if ids.size and ids.min() >= 0 and ids.max() < BITMAP_IDS_PER_USER * ids.size:
             self._bitmap = np.zeros(int(ids.max()) + 1, dtype=np.bool_)
             self._bitmap[ids] = True
+        else:
+            self._known = user_ids.implode()
         self.rows = 0
         self.example: list[int] | None = None
 

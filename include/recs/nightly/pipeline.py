@@ -184,6 +184,8 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
     """
     from recs.traversal import traverse_shard as _traverse
 
+    if not get_settings().run_store_url and paths.snapshot_manifest.is_file():  # else: may be stale
+        check_shard(shard_id, run_settings(paths).shard_count)  # refused: no lock file left
     # The lock first: an attempt it refuses must not touch the run store (a synced stage
     # withdraws the marker of what it writes as it starts).
     with shard_lock(paths, shard_id), synced(paths, "traverse_shard", shard_id) as sync:
@@ -302,11 +304,28 @@ def run_all(
     recorded, and the run goes on: the gate validates the computed shards and the publish carries
     the failed ones over. Returns ``{"run_id", "snapshot_date", "stages": {name: {"seconds",
     "result"}}, "failed_shards": [{"shard_id", "error"}], "seconds"}``. Raises whatever any other
-    stage raises; nothing is published unless validation passed.
+    stage raises; nothing is published unless validation passed. A run refused or failed before
+    its snapshot exists (a day not over, a past date with nothing retained, the store away)
+    leaves no folder behind when this call made it: ``recs runs`` and ``gc`` never see it.
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
+    made = not paths.run_dir.exists()
     with run_lock(paths):
-        return _run_all(paths, settings, progress, rebuild_snapshot)
+        try:
+            return _run_all(paths, settings, progress, rebuild_snapshot)
+        except BaseException:
+            if made and not paths.snapshot_manifest.exists():
+                _remove_unfrozen(paths)  # under the lock: nobody else is in this run
+            raise
+
+
+def _remove_unfrozen(paths: RunPaths) -> None:
+    """Remove the folder of a run that never froze its snapshot (and its date's, if empty)."""
+    shutil.rmtree(paths.run_dir, ignore_errors=True)
+    try:
+        paths.run_dir.parent.rmdir()
+    except OSError:
+        pass  # other runs of the date, or already gone
 
 
 def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dict[str, Any]:

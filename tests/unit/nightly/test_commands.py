@@ -554,3 +554,24 @@ def test_a_run_store_that_fails_leaves_the_local_retention_done(recs, tmp_path, 
     assert code == 2 and "cannot read CURRENT: injected" in one_error(err)
     assert out.splitlines() == ["removed snapshots/2026-10-01"]
     assert not (home / "snapshots" / "2026-10-01").exists()
+
+
+def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp_path):
+    """``recs runs`` and ``recs report`` on the default 80 columns (captured output, as piped):
+    the run id (55 characters) and the Data Docs path stay on one line each, to be copied into
+    the next command; the terminal wraps the table's lines instead. A report with no traversals
+    recorded says so (it printed ``None``)."""
+    long = "scheduled__2026-11-01T00.00.00-a-backfill-of-last-weeks"
+    paths, settings = write_good_run(tmp_path / "home", run_id=long)
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    day = paths.snapshot_date.isoformat()
+    assert recs("validate", "--snapshot-date", day)[0] == 0
+    assert recs("publish", "--snapshot-date", day)[0] == 0
+    code, out, _ = recs("runs")
+    assert code == 0 and any(long in line for line in out.splitlines()), out
+    code, out, _ = recs("report", "--snapshot-date", day)
+    docs = str(paths.run_dir / "validation" / "data_docs" / "index.html")
+    assert code == 0 and any(docs in line for line in out.splitlines()), out
+    hub_line = next(line for line in out.splitlines() if "hub share of traversals" in line)
+    assert "none recorded" in hub_line, hub_line

@@ -96,6 +96,23 @@ def test_a_run_of_today_is_refused_and_retains_nothing(settings, rebuild):
     assert not retained.folder(settings.home, today).exists()
 
 
+def test_a_refused_run_leaves_no_run_folder_but_another_runs_folder_stays(settings):
+    """``recs run`` (``run_all``) refused before its snapshot exists, for a day not over and for
+    a past date with nothing retained: the run folder it made (holding only ``.lock``) and its
+    date's folder, if empty, are gone; a folder it did not make, here another run's of the same
+    date, stays whole."""
+    today = dt.datetime.now(dt.UTC).date()
+    with pytest.raises(CutOffAheadError):
+        pipeline.run_all(settings.home, today, "early", settings)
+    assert not (settings.home / "runs" / today.isoformat()).exists()
+    other = RunPaths.create(settings.home, "2026-11-01", "other")
+    (other.run_dir / "notes").mkdir(parents=True)
+    with pytest.raises(SnapshotNotRetainedError):
+        pipeline.run_all(settings.home, "2026-11-01", "backfill-2", settings)
+    assert sorted(p.name for p in other.run_dir.parent.iterdir()) == ["other"]
+    assert (other.run_dir / "notes").is_dir()
+
+
 def test_a_retained_snapshot_of_a_day_not_over_is_not_reused(settings, monkeypatch):
     """(From a review.) Today's snapshot retained before the check existed (frozen here with
     the clock set past midnight, as a version without the check froze it, or pulled from a
