@@ -106,6 +106,10 @@ CURRENT = "published/CURRENT"
 """Where the store records the run id ``CURRENT`` names (the versions stay under ``home``)."""
 
 
+class _Unread:
+    """``RunStore.pull``'s default ``marker``: not read by the caller (None means "none")."""
+
+
 class RunStore:
     """The run store at ``url`` (fsspec ``options``). Raises ``RunStoreError`` for a malformed
     URL or a protocol whose fsspec package is not installed (one line, naming the setting)."""
@@ -371,12 +375,13 @@ class RunStore:
         include: Iterable[str] | None = None,
         *,
         required: bool = True,
+        marker: dict[str, Any] | None | type[_Unread] = _Unread,
     ) -> dict[str, Any]:
         """Make the local files of ``part`` (of those matching the ``include`` globs, relative
-        to the run folder, if given) equal to its marker's (module docstring). A part without
-        marker raises ``ArtifactNotFoundError`` when ``required``, else its local files in
-        scope are removed (a shard that failed). Returns ``{"part", "present", "files",
-        "downloaded"}``."""
+        to the run folder, if given) equal to its marker's (module docstring; ``marker``: the
+        one the caller just read, else it is read here). A part without marker raises
+        ``ArtifactNotFoundError`` when ``required``, else its local files in scope are removed
+        (a shard that failed). Returns ``{"part", "present", "files", "downloaded"}``."""
         patterns = tuple(include) if include is not None else None
 
         def in_scope(relative: str) -> bool:
@@ -384,7 +389,7 @@ class RunStore:
                 patterns is None or any(fnmatch.fnmatchcase(relative, p) for p in patterns)
             )
 
-        document = self.marker(paths, part)
+        document = self.marker(paths, part) if marker is _Unread else marker
         if document is None and required:
             raise ArtifactNotFoundError(
                 f"run {paths.run_id} of {paths.snapshot_date} has no complete {part.name} in the "
@@ -479,35 +484,6 @@ def store_for(settings) -> RunStore | None:
     return _open(settings.run_store_url, json.dumps(settings.run_store_options, sort_keys=True))
 
 
-def unseen_current(
-    published_dir: Path, here: str | None, store: RunStore | None = None
-) -> str | None:
-    """Why this machine must not act on ``published_dir`` (``here``: the version its
-    ``CURRENT`` names, None if none), or None if it may: the run store (``store``, default the
-    process's) records that ``CURRENT`` names another version, so this is not the
-    ``published/`` the API serves, or a stale copy of it. None without a run store, when it
-    records nothing yet (a deployment that has just set one) or when it records ``here``.
-    Callers act on it their own way: the gate compares with ``CURRENT`` (``baseline``),
-    publishing and rollbacks move it (``publish``), ``recs gc`` keeps the runs behind it
-    (``retention``)."""
-    store = store if store is not None else run_store()
-    recorded = store.current() if store is not None else None
-    if recorded is None or recorded == here:
-        return None
-    seen = f"names {here}" if here else "has no CURRENT"
-    return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
-
-
-def refuse_unseen(
-    published_dir: Path, here: str | None, command: str, error: type[RecsError] = RunStoreError
-) -> None:
-    """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
-    machine's ``published/`` is not the served one (``unseen_current``)."""
-    unseen = unseen_current(published_dir, here)
-    if unseen is not None:
-        raise error(f"run {command} where published/ is: {unseen}")
-
-
 def find_run(home: Path, snapshot_date, run_id: str | None = None) -> RunPaths:
     """``RunPaths.find``, first pulling the run's snapshot manifest from the run store when one
     is set, a run id is given and the store holds that run (a machine that has not seen it yet:
@@ -534,7 +510,8 @@ class Synced:
 def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator[Synced]:
     """Run ``stage``'s body between a pull of what it reads and a push of what it writes
     (module docstring); without a run store, a no-op. Raises ``RunStoreError`` and
-    ``ArtifactNotFoundError`` (an input the store does not hold complete)."""
+    ``ArtifactNotFoundError`` (the inputs the store does not hold complete, all named before
+    any download; or a file changed while it was read)."""
     store = run_store()
     if store is None:
         yield Synced()
@@ -549,8 +526,18 @@ def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator
         if stage != "freeze_snapshot":
             store.pull(paths, SNAPSHOT, SNAPSHOT_MANIFEST)
             shard_count = int(read_json(paths.snapshot_manifest)["settings"]["shard_count"])
-            for part, include, required in stage_inputs(stage, shard_id, shard_count):
-                store.pull(paths, part, include, required=required)
+            inputs = stage_inputs(stage, shard_id, shard_count)
+            markers = {part.name: store.marker(paths, part) for part, _, _ in inputs}
+            absent = [p.name for p, _, required in inputs if required and not markers[p.name]]
+            if absent:  # all named, before any download (the assembly reads P pieces)
+                named = ", ".join(absent[:10]) + (f" ({len(absent)} in all)" if absent[10:] else "")
+                writers = "stages writing them have" if absent[1:] else "stage writing it has"
+                raise ArtifactNotFoundError(
+                    f"run {paths.run_id} of {paths.snapshot_date} has no complete {named} in "
+                    f"the run store {store.url}: the {writers} not succeeded there"
+                )
+            for part, include, required in inputs:
+                store.pull(paths, part, include, required=required, marker=markers[part.name])
             if stage == "traverse_shard":  # the machine's copy, in use until the stage ends
                 from recs.nightly.graph_cache import local_graph
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recs.errors import RunNotFoundError, ValidationEngineError
-from recs.nightly.artifacts import refuse_unseen
+from recs.nightly.served import refuse_unseen
 from recs.published import check_version, current_version, shard_file
 from recs.sharding import shard_expr
 

@@ -49,7 +49,7 @@ from recs.errors import (
 )
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
-from recs.nightly.artifacts import refuse_unseen, run_store
+from recs.nightly.artifacts import run_store
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -59,6 +59,7 @@ from recs.nightly.carryover import (
 )
 from recs.nightly.gate_inputs import eligible_users
 from recs.nightly.runs import RunPaths, check_run_id
+from recs.nightly.served import refuse_unseen
 from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
     CURRENT_FILE,
@@ -118,7 +119,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
-    served one: ``artifacts.unseen_current``).
+    served one: ``served.unseen_current``).
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)

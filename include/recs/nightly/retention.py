@@ -130,7 +130,8 @@ def _prune_run_store(
     ``["runs/<date>/<run_id>"]``. Nothing goes when the store records a ``CURRENT`` that this
     machine's ``published/`` does not name (it cannot tell which runs back the served version
     and its rollback target). Raises ``RunStoreError``."""
-    from recs.nightly.artifacts import store_for, unseen_current
+    from recs.nightly.artifacts import store_for
+    from recs.nightly.served import unseen_current
 
     store = store_for(settings)
     if store is None:

@@ -524,3 +524,29 @@ def test_a_file_url_is_the_folder_it_names(tmp_path):
     for url in ("file://fileserver/exports/runs", "file://localhost"):
         with pytest.raises(RunStoreError, match="a file URL names a folder of this machine"):
             RunStore(url)
+
+
+def test_an_assembly_missing_pieces_names_them_all_before_downloading(store, tmp_path, monkeypatch):
+    """build_graph's assembly with a run store, three partitions of which two were never
+    pushed (their cap_graph tasks failed): one ``ArtifactNotFoundError`` names both pieces, and
+    nothing was downloaded (the snapshot manifest aside), where the pulls named the first
+    missing piece only, after downloading the others."""
+    from recs.nightly.parts import GRAPH_PLAN, graph_piece_part
+
+    capper, assembler = machine(tmp_path, "capper"), machine(tmp_path, "assembler")
+    manifest = json.dumps({"settings": {"shard_count": 3}}).encode()
+    write(capper, {
+        "snapshot/manifest.json": manifest, "snapshot/users.parquet": b"users",
+        "exports/candidate_profiles.parquet": b"profiles", "exports/hub_accounts.parquet": b"hubs",
+        "graph_pieces/plan.json": b"{}", "graph_pieces/shard_id=000/piece.json": b"{}",
+    })  # fmt: skip
+    for part in (SNAPSHOT, MODELS, GRAPH_PLAN, graph_piece_part(0)):
+        store.push(capper, part)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    with pytest.raises(ArtifactNotFoundError) as raised:
+        with artifacts.synced(assembler, "assemble_graph"):
+            pass
+    message = str(raised.value)
+    assert "graph_shard_id=001, graph_shard_id=002 in the run store" in message, message
+    assert "graph_shard_id=000" not in message
+    assert tree(assembler) == {"snapshot/manifest.json": manifest}
