@@ -47,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"recs: error: {error}\n")
         return error.exit_code
     except ValidationError as error:
+        from recs.config import Settings
+
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        if first.get("loc") and first["loc"][0] in Settings.model_fields:  # what the user set
+            where = f"RECS_{str(first['loc'][0]).upper()}" + where[len(str(first["loc"][0])) :]
         reason = str(first.get("msg")).removeprefix("Value error, ")  # pydantic's, for ours
         sys.stderr.write(f"recs: error: invalid setting {where}: {reason}\n")
         return 2

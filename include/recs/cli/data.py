@@ -37,9 +37,11 @@ def load_dataset(
     as_json: JsonOpt = False,
 ) -> None:
     """Load a bundled real graph (datasets/) into the live store (fields it lacks generated)."""
+    from recs.demo.datasets import dataset_spec
     from recs.demo.datasets import load_dataset as _load
     from recs.demo.generated import GENERATED_FIELDS
 
+    dataset_spec(name)  # an unknown name first: it is the first thing to mend
     settings = _settings_for_load(replace)
     summary = _load(name, settings, replace=replace, progress=progress)
     summary["discarded_snapshots"] = _discard_snapshots(settings)

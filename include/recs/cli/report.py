@@ -18,18 +18,40 @@ from recs.errors import RunNotFoundError
 
 
 def _run_paths(snapshot_date: str | None, run_id: str | None):
-    from recs.nightly.runs import RunPaths
+    """The run a report or dbt-docs command is about: the given one, else without a date the
+    newest run of that id (of any id without one either)."""
+    from recs.nightly.runs import RunPaths, check_run_id
     from recs.report.content import list_runs
 
     home = current_settings().home
-    if snapshot_date is None:
-        newest = [r for r in list_runs(home, limit=50) if run_id in (None, r["run_id"])]
+    if snapshot_date is None and run_id is not None:
+        check_run_id(run_id)  # a glob of safe characters only
+        dates = sorted(p.parent.name for p in (home / "runs").glob(f"????-??-??/{run_id}"))
+        if not dates:
+            raise RunNotFoundError(
+                f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
+            )
+        snapshot_date = dates[-1]
+    elif snapshot_date is None:  # the newest that froze its snapshot (a refused run may not)
+        newest = [r for r in list_runs(home, limit=50) if _frozen(home, r)]
         if not newest:
             raise RunNotFoundError(
                 f"no run under {home}/runs: run `make demo` or `recs run --snapshot-date D` first"
             )
         snapshot_date, run_id = newest[0]["snapshot_date"], newest[0]["run_id"]
     return RunPaths.find(home, snapshot_date, run_id)
+
+
+def _frozen(home, run: dict) -> bool:
+    """Whether a ``list_runs`` entry froze its snapshot (False for a folder not named as a run)."""
+    from recs.errors import RecsError
+    from recs.nightly.runs import RunPaths
+
+    try:
+        paths = RunPaths.create(home, run["snapshot_date"], run["run_id"])
+        return paths.snapshot_manifest.is_file()
+    except RecsError:
+        return False
 
 
 DateOpt = Annotated[

@@ -58,6 +58,16 @@ class ParseOptions:
             )
 
 
+def shown_columns(columns: list[str], limit: int = 300) -> str:
+    """``columns`` for an error line: names with a control or undecodable character escaped
+    (``ascii``: a binary file's "header" must not write raw bytes to the terminal), the whole
+    cut at ``limit`` characters; ``none`` when there are none."""
+    if not columns:
+        return "none"
+    text = ", ".join(c if c.isprintable() and "\ufffd" not in c else ascii(c) for c in columns)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def column_mapping(
     table: ImportTable, source: Source, given: dict[str, str | None]
 ) -> dict[str, str | None]:
@@ -70,7 +80,7 @@ def column_mapping(
     a required one cannot be found.
     """
     columns = source.columns
-    shown = ", ".join(columns) if columns else "none"
+    shown = shown_columns(columns)
     mapping: dict[str, str | None] = {}
     position = 0
     for column in table.columns:

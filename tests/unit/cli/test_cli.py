@@ -168,6 +168,9 @@ def test_load_dataset_refuses_a_non_empty_store_before_parsing(recs, tmp_path, m
     code, _out, err = recs("load-dataset", "slashdot")
     assert code == 2
     assert "is not empty (1 users): pass --replace" in _one_error(err)
+    # (a newcomer's find) a mistyped name is named first, not hidden behind --replace
+    code, _out, err = recs("load-dataset", "slashdott")
+    assert code == 2 and "unknown dataset 'slashdott'" in _one_error(err)
 
 
 def test_generate_graph_on_a_missing_store_creates_nothing_before_generating(recs, tmp_path):
@@ -244,11 +247,11 @@ def test_a_store_url_nothing_can_open_is_one_line(recs, monkeypatch, url, reason
     84-line SQLAlchemy traceback of the first query, never the password."""
     monkeypatch.setenv("RECS_STORE_URL", url)
     code, _, err = recs("run", "--snapshot-date", "2026-11-01")
-    assert (code, err) == (2, [f"recs: error: invalid setting store_url: {reason}"])
+    assert (code, err) == (2, [f"recs: error: invalid setting RECS_STORE_URL: {reason}"])
     monkeypatch.delenv("RECS_STORE_URL")
     monkeypatch.setenv("RECS_SNAPSHOT_STORE_URL", url)
     code, _, err = recs("run", "--snapshot-date", "2026-11-01")
-    assert (code, err) == (2, [f"recs: error: invalid setting snapshot_store_url: {reason}"])
+    assert (code, err) == (2, [f"recs: error: invalid setting RECS_SNAPSHOT_STORE_URL: {reason}"])
 
 
 def test_ctrl_c_during_dbt_stops_the_run_with_one_line(tmp_path):

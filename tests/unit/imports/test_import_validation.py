@@ -198,6 +198,18 @@ def test_mapping_errors_name_the_columns_there_are():
         column_mapping(edges, FakeSource(["a", "b"]), {"follower_id": "a", "followee_id": "a"})
 
 
+def test_a_binary_files_header_is_escaped_and_cut_in_the_error():
+    """(A newcomer's find.) A binary file read as CSV: its "column names" hold control bytes and
+    U+FFFD; the error escapes them (no raw byte reaches the terminal) and stops at 300 chars."""
+    edges = IMPORT_TABLES["edges"]
+    names = ["\x07\ufffd\x1b[31m" + "x" * 400, "ok"]
+    with pytest.raises(ImportInputError) as raised:
+        column_mapping(edges, FakeSource(names), {})
+    shown = str(raised.value).split("(columns: ", 1)[1]
+    assert shown.startswith("'\\x07\\ufffd\\x1b[31mxxx") and shown.endswith("…)")
+    assert len(shown) == 301 and str(raised.value).isprintable()
+
+
 def batch_of(frame: pl.DataFrame, first_line: int = 2) -> SourceBatch:
     lines = [",".join("" if v is None else str(v) for v in row) for row in frame.rows()]
     return SourceBatch(

@@ -988,7 +988,8 @@ def test_cli_refuses_an_infinite_future_window_in_one_line(tmp_path, monkeypatch
         get_settings.cache_clear()
     assert code == 2
     assert capsys.readouterr().err.splitlines() == [
-        "recs: error: invalid setting ingest_max_future_seconds: Input should be a finite number"
+        "recs: error: invalid setting RECS_INGEST_MAX_FUTURE_SECONDS: Input should be a finite "
+        "number"
     ]
 
 

@@ -336,7 +336,8 @@ def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
     code = cli.main(["run", "--snapshot-date", DATE])
     get_settings.cache_clear()
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("recs: error: invalid setting run_store_options: "), err
+    assert code == 2, err
+    assert err.startswith("recs: error: invalid setting RECS_RUN_STORE_OPTIONS: "), err
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert not (tmp_path / "home" / "live.db").exists()
 

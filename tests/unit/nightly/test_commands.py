@@ -575,3 +575,7 @@ def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp
     assert code == 0 and any(docs in line for line in out.splitlines()), out
     hub_line = next(line for line in out.splitlines() if "hub share of traversals" in line)
     assert "none recorded" in hub_line, hub_line
+    code, out, _ = recs("report", "--run-id", long)  # no date: that run id's
+    assert code == 0 and f"run {long} ({day})" in out
+    code, _, err = recs("report", "--run-id", "nope")  # runs there are, none of that id
+    assert code == 2 and "no run nope under" in one_error(err)

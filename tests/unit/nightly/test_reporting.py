@@ -1,0 +1,45 @@
+"""``recs summary``'s totals (``recs.nightly.reporting.run_summary``) on a hand-made run."""
+
+from __future__ import annotations
+
+import json
+
+from recs.nightly.reporting import run_summary
+from recs.nightly.runs import RunPaths
+
+
+def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_path):
+    """Three planned shards, shard 2 failed (no manifest). By hand: 4 + 6 = 10 users in, 3 + 5
+    = 8 with lists, 30 + 50 = 80 rows, 1,000 + 3,000 = 4,000 traversals over 1.0 + 3.0 = 4.0
+    shard seconds (1,000 a second; the first task also compiled the kernel) and over 0.5 + 1.5
+    = 2.0 kernel seconds (2,000 a second, the kernel's own rate that `make bench` reports)."""
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.snapshot_dir.mkdir(parents=True)
+    paths.snapshot_manifest.write_text(
+        json.dumps({"shard_count": 3, "row_counts": {"users": 12, "follow_edges": 40}})
+    )
+    for shard_id, (users, listed, rows, traversals, seconds, kernel) in enumerate(
+        [(4, 3, 30, 1_000, 1.0, 0.5), (6, 5, 50, 3_000, 3.0, 1.5)]
+    ):
+        path = paths.shard_manifest(shard_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "shard_id": shard_id, "users_in": users, "users_with_recommendations": listed,
+            "rows": rows, "traversals": traversals, "seconds": seconds, "kernel_seconds": kernel,
+        }))  # fmt: skip
+    summary = run_summary(tmp_path, "2026-11-01", "r1")
+    assert summary["failed_shards"] == [2]
+    assert summary["totals"] == {
+        "snapshot users": 12,
+        "snapshot follow_edges": 40,
+        "shards done": "2 of 3",
+        "shards failed": "002",
+        "eligible users": 10,
+        "users with recommendations": 8,
+        "recommendation rows": 80,
+        "traversals": 4_000,
+        "shard seconds (sum)": 4.0,
+        "traversals per shard second": 1_000,
+        "traversals per kernel second": 2_000,
+        "validation": "not run",
+    }
