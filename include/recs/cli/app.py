@@ -82,14 +82,19 @@ def progress(message: str) -> None:
     err.print(f"[dim]→ {message}[/dim]", highlight=False)
 
 
-def print_whole(table: Table, least: int | None = None) -> None:
-    """Print ``table`` at least ``least`` columns wide (default: its natural width), even past a
-    narrower terminal's: a run id or a path is never folded or cut (it is copied into the next
-    command); the terminal wraps the long lines instead."""
-    from rich.measure import Measurement
+def print_whole(table: Table) -> None:
+    """Print ``table`` no narrower than its unbreakable content, even past a narrower terminal's
+    width: a ``no_wrap`` column's longest cell, another's longest word (in screen cells, so wide
+    characters count twice), each with its padding and border (3) plus the left border (1). A
+    run id or a path is never folded or cut (it is copied into the next command), text still
+    wraps at its spaces, and the terminal wraps the long lines instead."""
+    from rich.cells import cell_len
 
-    if least is None:
-        least = Measurement.get(out, out.options.update_width(10_000), table).maximum
+    least = 1
+    for column in table.columns:
+        texts = [str(column.header), *(str(cell) for cell in column.cells)]
+        pieces = texts if column.no_wrap else [word for text in texts for word in text.split()]
+        least += max(map(cell_len, pieces), default=0) + 3
     width = out.width
     out.width = max(width, least)  # print(width=...) is capped at the terminal's width
     try:
@@ -99,18 +104,15 @@ def print_whole(table: Table, least: int | None = None) -> None:
 
 
 def print_mapping(title: str, mapping: dict) -> None:
+    from rich.text import Text
+
     table = Table(title=title, show_header=False)
-    table.add_column("key")
-    table.add_column("value")
-    rows = []
+    table.add_column("key", no_wrap=True)
+    table.add_column("value")  # wraps at its spaces; a path (one word) stays whole
     for key, value in mapping.items():
         if isinstance(value, int) and not isinstance(value, bool):
             value = f"{value:,}"
         elif isinstance(value, float):
             value = f"{value:,.3f}"
-        rows.append((str(key), str(value)))
-        table.add_row(*rows[-1])
-    # text wraps at its spaces; the longest word (a path) fits whole: borders and padding are 7
-    key_width = max((len(key) for key, _ in rows), default=0)
-    word = max((len(w) for _, value in rows for w in value.split()), default=0)
-    print_whole(table, least=key_width + word + 7)
+        table.add_row(Text(str(key)), Text(str(value)))  # as they are: "[b]" is not markup
+    print_whole(table)

@@ -253,7 +253,8 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             "rows",
             "carried over (from)",
         ):
-            table.add_column(column, no_wrap=True)
+            # one line each but the carried-over list, which wraps at its spaces
+            table.add_column(column, no_wrap=column != "carried over (from)")
         for version in doc["versions"]:
             table.add_row(
                 "*" if version.get("is_current") else "",

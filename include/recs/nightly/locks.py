@@ -78,16 +78,8 @@ def _flock(path: Path, shared: bool, what: str) -> Iterator[None]:
     if mode == "exclusive" or (mode == "shared" and shared):
         yield  # this process holds it already (recs run, or a stage inside it)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = _locked(path, shared, what)
     try:
-        try:
-            fcntl.flock(descriptor, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunInProgressError(
-                f"{what} is in progress in another process (it holds {path}): wait for it to "
-                "finish, or use another --run-id"
-            ) from None
         with _guard:
             _held[path] = "shared" if shared else "exclusive"
         try:
@@ -98,3 +90,36 @@ def _flock(path: Path, shared: bool, what: str) -> Iterator[None]:
             fcntl.flock(descriptor, fcntl.LOCK_UN)
     finally:
         os.close(descriptor)
+
+
+def _locked(path: Path, shared: bool, what: str) -> int:
+    """A descriptor of ``path`` holding its ``flock`` (``RunInProgressError`` when another
+    process holds it). The lock counts only while ``path`` still names the file locked: a run
+    that never froze its snapshot removes its folder, ``.lock`` with it, still holding the lock
+    (``pipeline.run_all``), and a process that opened the old file meanwhile would lock a file
+    no other process can see; it opens the new one instead, and so does one whose folder went
+    between its ``mkdir`` and ``open`` (the check-after-lock of ``flock(2)`` lock files)."""
+    mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    for _ in range(100):  # each turn means another process removed the folder just now
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            continue  # a parent removed between mkdir and open
+        try:
+            fcntl.flock(descriptor, mode)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise RunInProgressError(
+                f"{what} is in progress in another process (it holds {path}): wait for it to "
+                "finish, or use another --run-id"
+            ) from None
+        try:
+            named = os.stat(path)
+        except FileNotFoundError:
+            named = None
+        held = os.fstat(descriptor)
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return descriptor
+        os.close(descriptor)  # an unlinked file: its lock guards nothing (closing releases it)
+    raise RunInProgressError(f"{what}: its lock file {path} keeps being removed; try again")

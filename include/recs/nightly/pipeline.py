@@ -184,7 +184,7 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
     """
     from recs.traversal import traverse_shard as _traverse
 
-    if not get_settings().run_store_url and paths.snapshot_manifest.is_file():  # else: may be stale
+    with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
         check_shard(shard_id, run_settings(paths).shard_count)  # refused: no lock file left
     # The lock first: an attempt it refuses must not touch the run store (a synced stage
     # withdraws the marker of what it writes as it starts).

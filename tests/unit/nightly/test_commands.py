@@ -579,3 +579,21 @@ def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp
     assert code == 0 and f"run {long} ({day})" in out
     code, _, err = recs("report", "--run-id", "nope")  # runs there are, none of that id
     assert code == 2 and "no run nope under" in one_error(err)
+
+
+def test_recs_runs_keeps_a_run_id_whole_beside_200_carried_over_shards(recs, tmp_path):
+    """(From a review.) A version carrying 200 shards over from a 64-character run id: on 80
+    columns its row keeps the run id, date and counts on one line (they were cut with "…" and
+    the counts dropped), and the carried-over list wraps with every entry whole."""
+    origin = "scheduled__2026-11-01T00.00.00-a-backfill-of-last-weeks-abcdefgh"
+    shards = [{"shard_id": i, "status": "carried_over", "carried_from": origin} for i in range(200)]
+    version = tmp_path / "home" / "published" / origin
+    version.mkdir(parents=True)
+    (version / "manifest.json").write_text(json.dumps({
+        "run_id": origin, "snapshot_date": "2026-11-01", "shard_count": 200, "rows": 7,
+        "users": 5, "shards": shards,
+    }))  # fmt: skip
+    code, out, _ = recs("runs")
+    lines = out.splitlines()
+    assert code == 0 and any(origin in line and "2026-11-01" in line for line in lines), lines[:5]
+    assert sum(line.count(f"({origin})") for line in lines) == 200

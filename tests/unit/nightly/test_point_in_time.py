@@ -113,6 +113,16 @@ def test_a_refused_run_leaves_no_run_folder_but_another_runs_folder_stays(settin
     assert (other.run_dir / "notes").is_dir()
 
 
+def test_a_rerun_refused_before_its_snapshot_keeps_the_folder_it_found(settings):
+    """(From a review.) The run folder was there before (an earlier attempt's outputs, no
+    snapshot): a rerun refused in the freeze removes nothing of it."""
+    paths = RunPaths.create(settings.home, "2026-11-01", "again")
+    (paths.run_dir / "exports").mkdir(parents=True)
+    with pytest.raises(SnapshotNotRetainedError):
+        pipeline.run_all(settings.home, "2026-11-01", "again", settings)
+    assert (paths.run_dir / "exports").is_dir()
+
+
 def test_a_retained_snapshot_of_a_day_not_over_is_not_reused(settings, monkeypatch):
     """(From a review.) Today's snapshot retained before the check existed (frozen here with
     the clock set past midnight, as a version without the check froze it, or pulled from a

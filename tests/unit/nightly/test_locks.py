@@ -1,0 +1,165 @@
+"""The run lock when its file is removed (``recs.nightly.locks._locked``): a run that never froze
+its snapshot removes its folder, ``.lock`` with it, while holding the lock (``run_all``).
+
+A process that opened the old ``.lock`` before it went must not hold the run on a file no other
+process can see, and one whose folder went between its ``mkdir`` and ``open`` must not crash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from recs.config import Settings
+from recs.errors import CutOffAheadError, RunInProgressError
+from recs.nightly import locks, pipeline
+from recs.nightly.locks import run_lock
+from recs.nightly.runs import RunPaths
+
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether a fresh open of ``path`` (another process's view) cannot take its lock."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+def test_a_lock_file_removed_between_open_and_flock_is_not_trusted(tmp_path, monkeypatch):
+    """The folder goes (and with it the file this process opened) just before the flock: the
+    lock taken on the unlinked file is dropped and the file the path names now is locked."""
+    path = tmp_path / "run" / ".lock"
+    real_flock, removed = fcntl.flock, []
+
+    def flock_after_removal(descriptor, operation):
+        if not removed and operation & fcntl.LOCK_NB:
+            removed.append(os.fstat(descriptor).st_ino)
+            shutil.rmtree(tmp_path / "run")  # the holder's run_all removed its folder
+        return real_flock(descriptor, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_removal)
+    descriptor = locks._locked(path, False, "run r")
+    monkeypatch.undo()
+    try:
+        assert removed and os.fstat(descriptor).st_ino == os.stat(path).st_ino
+        assert _held_elsewhere(path)
+    finally:
+        os.close(descriptor)
+
+
+def test_a_folder_removed_between_mkdir_and_open_is_made_again(tmp_path, monkeypatch):
+    """(From a review: 8 of 3,200 concurrent attempts crashed with FileNotFoundError.)"""
+    path = tmp_path / "runs" / "2026-11-01" / "r" / ".lock"
+    real_open, failed = os.open, []
+
+    def open_after_removal(name, flags, *args, **kwargs):
+        if name == path and not failed:
+            failed.append(name)
+            shutil.rmtree(tmp_path / "runs" / "2026-11-01")  # another run removed the date
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_after_removal)
+    descriptor = locks._locked(path, False, "run r")
+    monkeypatch.undo()
+    try:
+        assert failed and _held_elsewhere(path)
+    finally:
+        os.close(descriptor)
+
+
+def _wait(path: Path, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"timed out waiting for {path}"
+        time.sleep(0.02)
+
+
+def test_two_processes_never_hold_one_run_after_its_folder_went(tmp_path, monkeypatch):
+    """(From a review, with real processes.) B opens ``<run>/.lock`` while run_all (A) holds
+    it; A is refused (today is not over), removes its folder and lets go; B's flock then
+    succeeds. B must hold the ``.lock`` the folder has now, so a third taker is refused."""
+    today = dt.datetime.now(dt.UTC).date()
+    home, signals = tmp_path / "home", tmp_path / "signals"
+    signals.mkdir()
+    child = textwrap.dedent(f"""
+        import fcntl, time
+        from pathlib import Path
+        from recs.nightly import locks
+        from recs.nightly.runs import RunPaths
+        sig = Path({str(signals)!r})
+        real = fcntl.flock
+        def slow_flock(fd, op):  # the pause between os.open and flock
+            if op & fcntl.LOCK_NB and not (sig / "opened").exists():
+                (sig / "opened").touch()
+                while not (sig / "go").exists():
+                    time.sleep(0.02)
+            return real(fd, op)
+        fcntl.flock = slow_flock
+        with locks.run_lock(RunPaths.create(Path({str(home)!r}), {today.isoformat()!r}, "same")):
+            (sig / "holding").touch()
+            while not (sig / "done").exists():
+                time.sleep(0.02)
+    """)
+    started = []
+
+    def run_all_while_b_arrives(*args, **kwargs):
+        started.append(subprocess.Popen([sys.executable, "-c", child]))
+        _wait(signals / "opened")  # B has opened the .lock A holds
+        return real_run_all(*args, **kwargs)
+
+    real_run_all = pipeline._run_all
+    monkeypatch.setattr(pipeline, "_run_all", run_all_while_b_arrives)
+    try:
+        with pytest.raises(CutOffAheadError):
+            pipeline.run_all(home, today, "same", Settings(home=home))
+        (signals / "go").touch()
+        _wait(signals / "holding")
+        with pytest.raises(RunInProgressError):
+            with run_lock(RunPaths.create(home, today, "same")):
+                pass
+    finally:
+        (signals / "done").touch()
+        for process in started:
+            process.wait(30)
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+@pytest.mark.parametrize("shard_id", [4, -1])
+def test_a_shard_the_run_lacks_is_refused_before_its_lock_file(
+    tmp_path, monkeypatch, with_store, shard_id
+):
+    """``recs shard run --shard 4`` on a run of 4 shards (0..3), and -1: one line, and no
+    ``.locks/shard_id=….lock`` left; with a run store too (a review found the lock file made
+    there), where the manifest comes from the store to a machine that has not seen the run."""
+    import json
+
+    from recs.errors import ShardOutOfRangeError
+    from recs.nightly import artifacts
+    from recs.nightly.artifacts import SNAPSHOT, RunStore
+
+    home = tmp_path / "home"
+    settings = Settings(home=home, shard_count=4)
+    paths = RunPaths.create(home, "2026-11-01", "r1")
+    paths.snapshot_dir.mkdir(parents=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    if with_store:
+        store = RunStore((tmp_path / "store").as_uri())
+        store.push(paths, SNAPSHOT)
+        shutil.rmtree(home)  # a worker that has not seen the run
+        monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    with pytest.raises(ShardOutOfRangeError, match=rf"shard {shard_id} is out of range"):
+        pipeline.traverse_shard(paths, shard_id)
+    assert not list(paths.run_dir.glob(".locks/*"))
