@@ -18,8 +18,9 @@ from recs.errors import RunNotFoundError
 
 
 def _run_paths(snapshot_date: str | None, run_id: str | None):
-    """The run a report or dbt-docs command is about: the given one, else without a date the
-    newest run of that id (of any id without one either)."""
+    """The run a report or dbt-docs command is about: the given one; without a date, the run of
+    that id with the latest date, or without an id either, the newest run that froze a snapshot
+    (``list_runs``' order: the latest date, then the most recently changed)."""
     from recs.nightly.runs import RunPaths, check_run_id
     from recs.report.content import list_runs
 

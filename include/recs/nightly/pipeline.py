@@ -184,7 +184,7 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
     """
     from recs.traversal import traverse_shard as _traverse
 
-    with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
+    with synced(paths, "plan_gate"):  # reads the manifest (from the run store), writes nothing
         check_shard(shard_id, run_settings(paths).shard_count)  # refused: no lock file left
     # The lock first: an attempt it refuses must not touch the run store (a synced stage
     # withdraws the marker of what it writes as it starts).
