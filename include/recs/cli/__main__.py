@@ -1,7 +1,5 @@
 """``python -m recs.cli``: the same as the ``recs`` command."""
 
-import sys
+from recs.cli import entry
 
-from recs.cli import main
-
-sys.exit(main())
+entry()
