@@ -140,7 +140,7 @@ def test_new_user_gets_cold_start_never_empty_never_self(client):
     30 (90), 32 (85), 31 (80), 33 (75), 2 (70, itself), 40 (60, suspended now); then the
     global list adds 41 (hidden now), 34, 35. Dropping 2, 40 and 41: 30 32 31 33 34 35."""
     body = read(client, user=2).json()
-    assert body["source"] == "cold_start"
+    assert body["source"] == "cold_start" and body["cold_start_reason"] == "new_account"
     assert body["run_id"] == "night_1"
     assert [i["candidate_id"] for i in body["items"]][:6] == [30, 32, 31, 33, 34, 35]
     assert 2 not in [i["candidate_id"] for i in body["items"]]
@@ -163,7 +163,8 @@ def test_24_hour_rule_uses_the_clock(client, world):
     """Age exactly 24 h is no longer new (rule: younger than 24 h); 1 µs less is new. User 1
     with created_at moved: NOW - 24 h → batch; NOW - 24 h + 1 µs → cold start."""
     world.set_account(1, created_at=NOW - dt.timedelta(hours=24))
-    assert read(client).json()["source"] == "batch"
+    body = read(client).json()
+    assert body["source"] == "batch" and body["cold_start_reason"] is None
     world.set_account(1, created_at=NOW - dt.timedelta(hours=24) + dt.timedelta(microseconds=1))
     assert read(client).json()["source"] == "cold_start"
 
@@ -172,7 +173,7 @@ def test_fewer_than_five_follows_is_cold_start(client, world):
     """User 1 unfollows 14 (4 active follows left) → cold start; a pending request does not
     count as a follow (still 4) → cold start; a fifth active follow → batch again."""
     world.execute("DELETE FROM follow_edges WHERE follower_id = 1 AND followee_id = 14")
-    assert read(client).json()["source"] == "cold_start"
+    assert read(client).json()["cold_start_reason"] == "thin_graph"
     world.follow(1, 35, status="pending")
     assert read(client).json()["source"] == "cold_start"
     world.follow(1, 34)
@@ -183,7 +184,7 @@ def test_thin_user_with_a_batch_row_gets_cold_start(client):
     """User 3 follows 2 accounts but has a batch row (20): cold start. Tags sports: 32, 33;
     then global 30 31 2 (40, 41 dropped) 34 35: limit 4 → 32 33 30 31."""
     body = read(client, user=3, limit=4).json()
-    assert body["source"] == "cold_start"
+    assert body["source"] == "cold_start" and body["cold_start_reason"] == "thin_graph"
     assert [i["candidate_id"] for i in body["items"]] == [32, 33, 30, 31]
 
 
@@ -191,7 +192,7 @@ def test_no_batch_row_gets_cold_start_without_follows(client, cap):
     """User 4 (6 follows incl. 30, tags music, no batch row): music 30 (followed), 31, 2,
     40 (suspended); global adds 32 33 ...: limit 3 → 31 2 32."""
     body = read(client, user=4, limit=3).json()
-    assert body["source"] == "cold_start"
+    assert body["source"] == "cold_start" and body["cold_start_reason"] == "no_batch_row"
     assert [i["candidate_id"] for i in body["items"]] == [31, 2, 32]
 
 
@@ -200,7 +201,7 @@ def test_every_batch_row_dropped_falls_back_to_cold_start(client, world):
     the global list 30 32 31 33 2 ... with 20 never in it)."""
     world.dismiss(6, 20)
     body = read(client, user=6, limit=3).json()
-    assert body["source"] == "cold_start"
+    assert body["source"] == "cold_start" and body["cold_start_reason"] == "all_dropped"
     assert [i["candidate_id"] for i in body["items"]] == [30, 32, 31]
 
 
@@ -233,8 +234,10 @@ def test_cold_start_without_any_published_version(tmp_path, world):
     with TestClient(create_app(settings, clock=lambda: NOW, watch=False)) as client:
         assert client.get("/readyz").status_code == 503
         body = read(client, user=2, limit=5).json()
-    assert body["source"] == "cold_start"
-    assert body["run_id"] is None
+        settled = read(client, user=1, limit=5).json()  # not new, 5 follows: for want of a version
+    assert settled["source"] == "cold_start" and settled["cold_start_reason"] == "no_version"
+    assert body["source"] == "cold_start" and body["cold_start_reason"] == "new_account"
+    assert body["run_id"] is None and body["generated_at"] is None
     assert [i["candidate_id"] for i in body["items"]] == [1, 3, 4, 6, 11]
 
 

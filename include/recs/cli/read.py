@@ -47,8 +47,10 @@ def recommend(
         if not doc["items"]:
             err.print(f"no account can be recommended to user {user_id} now", highlight=False)
             return
+        why = f" ({doc['cold_start_reason']})" if doc.get("cold_start_reason") else ""
         table = Table(
-            title=f"who to follow for user {user_id} — {doc['source']}, {doc['run_id'] or 'none'}"
+            title=f"who to follow for user {user_id} — {doc['source']}{why}, "
+            f"{doc['run_id'] or 'none'}"
         )
         for column in ("rank", "candidate_id", "score", "mutual_count", "followed by"):
             table.add_column(column, justify="right" if column != "followed by" else "left")

@@ -4,7 +4,8 @@ Endpoints (JSON; every error is ``{"detail": "<one line>"}``):
 
 ``GET /v1/users/{user_id}/who-to-follow?limit=20``
     The user's list (``serving.who_to_follow``: ``user_id, source, run_id, generated_at,
-    items[candidate_id, rank, score, mutual_count, followed_by{ids, others}]``).
+    cold_start_reason, items[candidate_id, rank, score, mutual_count, followed_by{ids,
+    others}]``).
 ``POST /v1/users/{user_id}/dismissals`` with ``{"candidate_id": N}``
     Record a dismissal: 201 (200 if it already existed) once it is committed to the live store.
 ``DELETE /v1/users/{user_id}/dismissals/{candidate_id}``

@@ -83,6 +83,8 @@ def who_to_follow(
 
         {"user_id": int, "source": "batch" | "cold_start", "run_id": str | None,
          "generated_at": "YYYY-MM-DDTHH:MM:SSZ" | None,
+         "cold_start_reason": None (batch) | "new_account" | "thin_graph" | "no_version"
+                              | "no_batch_row" | "all_dropped",
          "items": [{"candidate_id": int, "rank": int (1..n), "score": float | None,
                     "mutual_count": int,
                     "followed_by": {"ids": [int, ...] (<= 3), "others": int}}, ...]}
@@ -120,7 +122,7 @@ def who_to_follow(
                     )
                     FILLED.inc(len(filled))
                     items.extend(filled)
-                return _document(user_id, "batch", version.run_id, generated_at, items)
+                return _document(user_id, "batch", version.run_id, generated_at, items, None)
             reason = "all_dropped"
     COLD_START.labels(reason).inc()
     items = cold_start_items(user_id, limit, version, store)
@@ -130,15 +132,17 @@ def who_to_follow(
         version.run_id if version else None,
         version.generated_at if version else None,
         items,
+        reason,
     )
 
 
-def _document(user_id, source, run_id, generated_at, items) -> dict[str, Any]:
+def _document(user_id, source, run_id, generated_at, items, reason) -> dict[str, Any]:
     return {
         "user_id": user_id,
         "source": source,
         "run_id": run_id,
         "generated_at": utc_iso(generated_at) if generated_at else None,
+        "cold_start_reason": reason,  # why not the batch list (the metric's reason label)
         "items": items,
     }
 
