@@ -102,8 +102,9 @@ def as_of(
     return kept
 
 
-def eligible(users: pl.DataFrame, cut_off: dt.datetime, window_days: int) -> int:
-    since = cut_off - dt.timedelta(days=window_days)
-    return users.filter(
-        (pl.col("account_status") == "active") & (pl.col("last_active_at") >= since)
-    ).height
+def is_eligible(cut_off: dt.datetime, window_days: int) -> pl.Expr:
+    """The users dbt's ``eligible_users`` selects, as a Polars filter: active, and active since
+    ``cut_off - window_days`` (``cut_off`` naive or aware UTC). The shard plan is sized by it and
+    the gate compares with it."""
+    since = cut_off.replace(tzinfo=None) - dt.timedelta(days=window_days)
+    return (pl.col("account_status") == "active") & (pl.col("last_active_at") >= since)

@@ -123,12 +123,11 @@ def discard_all(home: Path) -> list[str]:
 
 
 def eligible_users(path: Path, as_of: dt.datetime, window_days: int) -> int:
-    """Users of a retained snapshot that ``eligible_users`` (dbt) selects: active, and active
-    since ``as_of - window_days`` (the shard plan is sized by it; the gate compares)."""
-    since = as_of.replace(tzinfo=None) - dt.timedelta(days=window_days)
+    """Users of a retained snapshot that ``eligible_users`` (dbt) selects
+    (``point_in_time.is_eligible``)."""
     return (
         pl.scan_parquet(path / "users.parquet")
-        .filter((pl.col("account_status") == "active") & (pl.col("last_active_at") >= since))
+        .filter(point_in_time.is_eligible(as_of, window_days))
         .select(pl.len())
         .collect()
         .item()
@@ -181,7 +180,9 @@ def freeze(
                         kept, dropped, excluded = point_in_time.users_as_of(users, cut_off)
                         del users
                         plan = plan_for(
-                            point_in_time.eligible(kept, cut_off, settings.eligibility_window_days),
+                            kept.filter(
+                                point_in_time.is_eligible(cut_off, settings.eligibility_window_days)
+                            ).height,
                             settings,
                             max_map_length,
                         )
