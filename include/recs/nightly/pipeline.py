@@ -30,9 +30,8 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +62,10 @@ def freeze_snapshot(
 ) -> dict[str, Any]:
     """The run's snapshot as of its cut-off: the date's retained one, or the live store's
     (``recs.nightly.snapshot``); ``rebuild`` for a past date nothing is retained for; the
-    shard plan checked against Airflow's ``max_map_length``. Refused or failed (the DAG's task
-    too) before the snapshot exists, it leaves no run folder it made (``_unfrozen_removed``)."""
+    shard plan checked against Airflow's ``max_map_length``."""
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
-    with _unfrozen_removed(paths), synced(paths, "freeze_snapshot"):
+    with run_lock(paths), synced(paths, "freeze_snapshot"):
         return _freeze(
             paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
         )
@@ -311,28 +309,23 @@ def run_all(
     leaves no folder behind when this call made it: ``recs runs`` and ``gc`` never see it.
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
-    with _unfrozen_removed(paths):
-        return _run_all(paths, settings, progress, rebuild_snapshot)
-
-
-@contextmanager
-def _unfrozen_removed(paths: RunPaths) -> Iterator[None]:
-    """Hold the run's lock for the block; if the block raises before the run's snapshot
-    exists and the run folder was not there before it, remove that folder (and its date's, if
-    empty) under the lock, so ``recs runs``, ``report`` and ``gc`` never see a folder holding
-    only ``.lock``. A folder found (a rerun's) is left whole."""
     made = not paths.run_dir.exists()
     with run_lock(paths):
         try:
-            yield
+            return _run_all(paths, settings, progress, rebuild_snapshot)
         except BaseException:
             if made and not paths.snapshot_manifest.exists():
-                shutil.rmtree(paths.run_dir, ignore_errors=True)  # nobody else is in this run
-                try:
-                    paths.run_dir.parent.rmdir()
-                except OSError:
-                    pass  # other runs of the date, or already gone
+                _remove_unfrozen(paths)  # under the lock: nobody else is in this run
             raise
+
+
+def _remove_unfrozen(paths: RunPaths) -> None:
+    """Remove the folder of a run that never froze its snapshot (and its date's, if empty)."""
+    shutil.rmtree(paths.run_dir, ignore_errors=True)
+    try:
+        paths.run_dir.parent.rmdir()
+    except OSError:
+        pass  # other runs of the date, or already gone
 
 
 def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dict[str, Any]:

@@ -113,22 +113,6 @@ def test_a_refused_run_leaves_no_run_folder_but_another_runs_folder_stays(settin
     assert (other.run_dir / "notes").is_dir()
 
 
-@pytest.mark.parametrize("past", [False, True])
-def test_the_dags_freeze_task_refused_leaves_no_run_folder(settings, past):
-    """(From an open note.) The DAG's ``freeze_snapshot`` task (``pipeline.freeze_snapshot``)
-    refused, for a day not over and for a past date with nothing retained, leaves no folder
-    holding only ``.lock``; a rerun of a folder it found keeps it."""
-    day = dt.date(2026, 11, 1) if past else dt.datetime.now(dt.UTC).date()
-    paths = RunPaths.create(settings.home, day, "scheduled__x")
-    with pytest.raises(SnapshotNotRetainedError if past else CutOffAheadError):
-        pipeline.freeze_snapshot(paths, settings)
-    assert not (settings.home / "runs" / day.isoformat()).exists()
-    (paths.run_dir / "exports").mkdir(parents=True)
-    with pytest.raises(SnapshotNotRetainedError if past else CutOffAheadError):
-        pipeline.freeze_snapshot(paths, settings)
-    assert sorted(p.name for p in paths.run_dir.iterdir()) == [".lock", "exports"]
-
-
 def test_a_rerun_refused_before_its_snapshot_keeps_the_folder_it_found(settings):
     """(From a review.) The run folder was there before (an earlier attempt's outputs, no
     snapshot): a rerun refused in the freeze removes nothing of it."""
