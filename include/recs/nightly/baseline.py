@@ -1,16 +1,13 @@
 """The version a run would replace, as the gate compares with it: counts over tonight's shards.
 
-``replaced_version`` reads the version ``CURRENT`` names -- or, when that is the run itself
-(validated again after it was published, e.g. after a shard rerun), the version it replaced
-(``history.predecessor``), so the change checks never compare a version with itself -- and
-counts its users with lists and its rows in the shards a run computed, under the run's shard
-function: from the version's manifest when the shard counts agree, otherwise from the
-``user_id`` column of its files (re-sharded by ``recs.sharding.shard_expr``). Nothing to
-compare with (nothing published, a damaged version, or no lists in those shards) is an answer
-too: ``None`` and the reason, which the gate records as a skipped check rather than passing it
-silently -- except when a run store records that ``CURRENT`` names another version than this
-machine's ``published/`` does (or it has none): that is a worker which does not see the served
-``published/``, and the gate errors instead.
+``replaced_version`` reads the version ``CURRENT`` names and counts its users with lists and its
+rows in the shards a run computed, under the run's shard function: from the version's manifest
+when the shard counts agree, otherwise from the ``user_id`` column of its files (re-sharded by
+``recs.sharding.shard_expr``). Nothing to compare with (nothing published, a damaged version,
+or no lists in those shards) is an answer too: ``None`` and the reason, which the gate records
+as a skipped check rather than passing it silently -- except when a run store records that
+``CURRENT`` names another version than this machine's ``published/`` does (or it has none):
+that is a worker which does not see the served ``published/``, and the gate errors instead.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recs.errors import RunNotFoundError, ValidationEngineError
-from recs.nightly.history import predecessor
 from recs.nightly.served import refuse_unseen
 from recs.published import check_version, current_version, shard_file
 from recs.sharding import shard_expr
@@ -35,13 +31,12 @@ class ReplacedVersion:
 
 
 def replaced_version(
-    published_dir: Path, shard_count: int, shard_ids: list[int], run_id: str
+    published_dir: Path, shard_count: int, shard_ids: list[int]
 ) -> tuple[ReplacedVersion | None, str | None]:
-    """``(counts, None)`` of the version run ``run_id`` replaces (module docstring) over
-    ``shard_ids`` (tonight's shard ids under ``shard_count``), or ``(None, reason)`` when there
-    is nothing to compare with: nothing published, ``run_id`` is current and replaced nothing,
-    a missing or incomplete version, or no users with lists in those shards. Reads the
-    manifest, and the versions's ``user_id`` columns only if its shard count differs.
+    """``(counts, None)`` of the version ``CURRENT`` names over ``shard_ids`` (tonight's shard
+    ids under ``shard_count``), or ``(None, reason)`` when there is nothing to compare with:
+    nothing published, a missing or incomplete version, or no users with lists in those shards.
+    Reads the manifest, and the versions's ``user_id`` columns only if its shard count differs.
     """
     published_dir = Path(published_dir)
     name = current_version(published_dir)
@@ -49,10 +44,6 @@ def replaced_version(
     refuse_unseen(published_dir, name, "validate_run", ValidationEngineError)
     if name is None:
         return None, "nothing is published yet: no version to compare with"
-    if name == run_id:
-        name = predecessor(published_dir, run_id)
-        if name is None:
-            return None, f"{run_id} is the version CURRENT names and it replaced none"
     try:
         manifest = check_version(published_dir, name)
     except RunNotFoundError as error:

@@ -191,7 +191,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 f"(exports/eligible_users is empty)"
             )
         report.replaced, report.not_compared = replaced_version(
-            settings.published_dir, settings.shard_count, shards.computed, paths.run_id
+            settings.published_dir, settings.shard_count, shards.computed
         )
         log.info(
             "validate %s: %d of %d shards computed (%d validated here), %d rows; %.2fs",
