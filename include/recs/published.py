@@ -20,13 +20,11 @@ sizes here, never the live store or a DuckDB file.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
 from recs.errors import CorruptFileError, RunNotFoundError
 from recs.files import read_json
-from recs.times import utc_iso
 
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
@@ -129,8 +127,7 @@ def check_version(published_dir: Path, run_id: str) -> dict[str, Any]:
 def list_versions(published_dir: Path) -> list[dict[str, Any]]:
     """Every complete published version, oldest snapshot first (then by run id).
 
-    One dict per version: ``run_id, snapshot_date, generated_at`` (ISO UTC with a ``Z``, as
-    the read API gives it; the manifest's is naive), ``shard_count, rows, users,
+    One dict per version: ``run_id, snapshot_date, generated_at, shard_count, rows, users,
     carried_over`` (``[{shard_id, carried_from}]``), ``is_current``. Staging folders and
     folders without a manifest are not versions. An absent ``published_dir`` yields ``[]``.
     """
@@ -150,7 +147,7 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
             {
                 "run_id": folder.name,
                 "snapshot_date": manifest.get("snapshot_date"),
-                "generated_at": _utc_text(manifest.get("generated_at")),
+                "generated_at": manifest.get("generated_at"),
                 "shard_count": manifest.get("shard_count"),
                 "rows": manifest.get("rows"),
                 "users": manifest.get("users"),
@@ -163,16 +160,6 @@ def list_versions(published_dir: Path) -> list[dict[str, Any]]:
             }
         )
     return sorted(versions, key=lambda v: (v["snapshot_date"] or "", v["run_id"]))
-
-
-def _utc_text(stamp: Any) -> Any:
-    """A manifest's naive UTC ``generated_at`` as ``utc_iso`` text; anything else as it is."""
-    if not isinstance(stamp, str):
-        return stamp
-    try:
-        return utc_iso(dt.datetime.fromisoformat(stamp))
-    except ValueError:
-        return stamp
 
 
 def current_or_raise(published_dir: Path) -> str:
