@@ -114,7 +114,10 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     Raises, with ``CURRENT`` and every existing version left as they were:
     ``ValidationFailedError`` if the run has not been validated, its summary is another run's,
-    the data failed, or a shard file changed since validation; ``ValidationEngineError`` /
+    the data failed, a shard file changed since validation, or the run would become current
+    while ``CURRENT`` names another version than when it was validated (a rollback or another
+    publish since: the gate compared it with a version it does not replace);
+    ``ValidationEngineError`` /
     ``NothingToValidateError`` if that was the gate's outcome; ``CarryOverError`` if shards
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
@@ -129,13 +132,15 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
         refuse_unseen(published_dir, previous, "publish_run")
+        newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
+        if newer is None:  # it becomes current: the gate must have compared with what it replaces
+            _refuse_moved_baseline(run_id, summary, previous)
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
         try:
             manifest = _stage_version(paths, settings, summary, staging, previous)
             replaced = _move_into_place(staging, published_dir / run_id)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
         if newer is None:
             _write_current(published_dir, run_id)
         else:
@@ -288,6 +293,28 @@ def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             f"{planned} are not 0..{settings.shard_count - 1}"
         )
     return summary
+
+
+def _refuse_moved_baseline(run_id: str, summary: dict[str, Any], previous: str | None) -> None:
+    """Raise ``ValidationFailedError`` if ``CURRENT`` names another version (``previous``) than
+    when the run was validated (the summary's ``current_when_validated``, or its
+    ``compared_with`` in a summary saved before that was recorded): a rollback, or another
+    publish, between the gate and this publish, so its change checks judged the run against a
+    version this publish does not replace."""
+    if "current_when_validated" in summary:
+        then = summary["current_when_validated"]
+    elif summary.get("compared_with") is not None:
+        then = summary["compared_with"]
+    else:
+        return  # an earlier version's summary that compared with nothing: nothing to check
+    if then == previous:
+        return
+    raise ValidationFailedError(
+        f"refusing to publish run {run_id}: it was validated while CURRENT named "
+        f"{then or 'nothing'}, and CURRENT now names {previous or 'nothing'}, so the gate's "
+        "change checks compared it with another version than the one it would replace; run "
+        "validate_run again (`recs validate`), then publish"
+    )
 
 
 def _stage_version(

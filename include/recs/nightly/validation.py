@@ -47,6 +47,7 @@ from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
+from recs.published import current_version
 from recs.sharding import partition_files
 
 RESULTS_FILE = "results.json"
@@ -158,7 +159,9 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     Returns ``{"run_id", "outcome": "passed", "success", "evaluated", "failed", "skipped",
     "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
-    "results", "summary", "data_docs", "seconds"}`` (``data_docs``: the GX Data Docs'
+    "results", "summary", "data_docs", "seconds"}`` (the summary also holds
+    ``current_when_validated``: what ``CURRENT`` named as the gate compared, which the publish
+    checks) (``data_docs``: the GX Data Docs'
     ``index.html`` under ``validation/data_docs/``, None if they could not be built). Raises,
     after saving: ``ValidationFailedError`` (the failed checks), ``ValidationEngineError`` (the
     checks that could not be evaluated, or the exception), ``NothingToValidateError``; each a
@@ -190,6 +193,9 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 f"nothing to validate for run {paths.run_id}: nobody is eligible tonight "
                 f"(exports/eligible_users is empty)"
             )
+        # what CURRENT named as the gate compared: the publish refuses to make the run current
+        # if it names another version by then (publish._refuse_moved_baseline)
+        report.current = current_version(settings.published_dir, strict=False)
         report.replaced, report.not_compared = replaced_version(
             settings.published_dir, settings.shard_count, shards.computed
         )
@@ -298,6 +304,7 @@ class _Report:
     eligible: dict[int, int] | None = None
     replaced: ReplacedVersion | None = None
     not_compared: str | None = None
+    current: str | None = None
     results: dict[str, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -332,6 +339,7 @@ class _Report:
             "computed_shards": shards.computed,
             "failed_shards": shards.failed,
             "compared_with": self.replaced.run_id if self.replaced else None,
+            "current_when_validated": self.current,
             "rows": shards.total("rows"),
             "users": shards.total("users"),
             "eligible_users": sum(eligible.values()) if eligible is not None else None,

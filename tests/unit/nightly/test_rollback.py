@@ -182,3 +182,33 @@ def test_rollback_is_atomic_for_concurrent_readers(three):
     assert len(seen) > 100
     assert set(seen) <= {"night_1", "night_2", "night_3"} and len(set(seen)) >= 2
     assert not [p.name for p in published.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_publish_after_current_moved_since_the_gate_is_refused(three):
+    """(From a newcomer.) night_4 is validated against night_3, then CURRENT is rolled back to
+    night_2: publishing night_4 would replace night_2, which the gate never compared it with,
+    so it is refused (one line) and nothing changes; validated again (against night_2), it is
+    published. A backfill (night_0, 2026-10-31) validated against night_2 and published after
+    CURRENT moved on is published beside it: it does not replace CURRENT, so it goes."""
+    from recs.errors import ValidationFailedError
+
+    published = three.published_dir
+    paths, settings = write_good_run(three.home, run_id="night_4",
+                                     snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    assert validate_run(paths, settings)["compared_with"] == "night_3"
+    rollback(three)
+    with pytest.raises(ValidationFailedError, match="validated while CURRENT named night_3, "
+                       "and CURRENT now names night_2") as raised:  # fmt: skip
+        publish_run(paths, settings)
+    assert "\n" not in str(raised.value)
+    assert current_version(published) == "night_2" and not (published / "night_4").exists()
+    assert validate_run(paths, settings)["compared_with"] == "night_2"
+    assert publish_run(paths, settings)["previous"] == "night_2"
+    assert current_version(published) == "night_4"
+
+    backfill, backfill_settings = write_good_run(three.home, run_id="night_0",
+                                                 snapshot_date=dt.date(2026, 10, 31))  # fmt: skip
+    validate_run(backfill, backfill_settings)
+    rollback(three)  # CURRENT back to night_2
+    assert publish_run(backfill, backfill_settings)["current"] is False
+    assert current_version(published) == "night_2"
