@@ -160,6 +160,26 @@ def test_growth_beyond_the_bound_fails(tmp_path):
     }
 
 
+def test_the_current_version_rerun_smaller_fails_against_its_published_copy(tmp_path):
+    """(From a review.) night_1 (5 users, 9 rows) is CURRENT; a shard rerun replaces its
+    shard files (new files: the published copy keeps the old ones) and keeps user 4 only.
+    Validated again, it is compared with its published copy, what a republish would replace:
+    -80 % users and -89 % rows fail. (Comparing with the version night_1 replaced, none here,
+    would skip both checks and let the 1-user list be republished.)"""
+    home = tmp_path / "home"
+    paths, _ = published_good_run(home)
+    for path in paths.shards_dir.rglob("*"):
+        if path.is_file():
+            path.unlink()  # as a rerun writes: new files, never the published ones in place
+    paths, settings = write_good_run(home, run_id="night_1", rows={1: GOOD_ROWS[1]})
+    with pytest.raises(ValidationFailedError, match="users_change_within_bounds"):
+        validate_run(paths, settings)
+    summary, _ = saved(paths)
+    assert summary["compared_with"] == "night_1"
+    assert (summary["replaced_users"], summary["replaced_rows"]) == (5, 9)
+    assert set(summary["failed"]) == {"users_change_within_bounds", "rows_change_within_bounds"}
+
+
 def test_the_comparison_covers_the_computed_shards_only(tmp_path):
     """night_2 equals night_1 but shard 2 failed: compared over shards 0, 1, 3 (4 users, 6
     rows both nights), it passes even with gate_max_drop 0.1, where the whole night_1 (5
