@@ -104,8 +104,10 @@ def _locked(path: Path, shared: bool, what: str) -> int:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            continue  # a parent removed between mkdir and open
+        except (FileNotFoundError, FileExistsError):
+            # a parent removed between mkdir and open, or inside mkdir (after its mkdir(2) saw
+            # EEXIST, before its is_dir check: pathlib raises FileExistsError then)
+            continue
         try:
             fcntl.flock(descriptor, mode)
         except BlockingIOError:

@@ -80,6 +80,27 @@ def test_a_folder_removed_between_mkdir_and_open_is_made_again(tmp_path, monkeyp
         os.close(descriptor)
 
 
+def test_a_folder_removed_inside_mkdir_is_made_again(tmp_path, monkeypatch):
+    """(From a review: with real processes, pathlib's mkdir raised FileExistsError when the
+    folder went between its mkdir(2), EEXIST, and its is_dir check.)"""
+    path = tmp_path / "runs" / "2026-11-01" / "r" / ".lock"
+    real_mkdir, failed = Path.mkdir, []
+
+    def mkdir_racing(self, *args, **kwargs):
+        if self == path.parent and not failed:
+            failed.append(self)
+            raise FileExistsError(17, "File exists", str(self))  # as pathlib raises it then
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_racing)
+    descriptor = locks._locked(path, False, "run r")
+    monkeypatch.undo()
+    try:
+        assert failed and _held_elsewhere(path)
+    finally:
+        os.close(descriptor)
+
+
 def _wait(path: Path, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while not path.exists():
