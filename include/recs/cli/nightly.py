@@ -234,6 +234,9 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
     settings = current_settings()
     versions = list_versions(settings.published_dir)
+    problem = _current_problem(settings.published_dir, versions)
+    if problem:
+        err.print(f"recs: warning: {problem}", highlight=False, soft_wrap=True)
 
     def render(doc):
         if not doc["versions"]:
@@ -267,7 +270,26 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             )
         print_whole(table)
 
-    emit({"versions": versions}, as_json, render)
+    emit({"versions": versions, "current_problem": problem}, as_json, render)
+
+
+def _current_problem(published_dir, versions: list[dict]) -> str | None:
+    """Why no listed version is marked current though ``CURRENT`` exists: it names no version
+    (damaged from outside: ``published.current_version``'s error) or one that is not a complete
+    published version; None when it is sound or absent (nothing published)."""
+    from recs.errors import CorruptFileError
+    from recs.published import CURRENT_FILE, current_version
+
+    try:
+        name = current_version(published_dir)
+    except CorruptFileError as damaged:
+        return str(damaged)
+    if name is None or any(v["run_id"] == name for v in versions):
+        return None
+    return (
+        f"{published_dir / CURRENT_FILE} names {name!r}, which is not a complete published "
+        "version: point it at one with `recs rollback --to RUN_ID`"
+    )
 
 
 @runs_app.command("show")
@@ -279,11 +301,14 @@ def runs_show(
     which run), users and rows."""
     from recs.nightly import history
     from recs.nightly.runs import check_run_id
-    from recs.published import check_version, current_version
+    from recs.published import check_version, current_version, list_versions
 
     published_dir = current_settings().published_dir
     manifest = check_version(published_dir, check_run_id(run_id))
     current = current_version(published_dir, strict=False)
+    problem = _current_problem(published_dir, list_versions(published_dir))
+    if problem:
+        err.print(f"recs: warning: {problem}", highlight=False, soft_wrap=True)
     document = {
         **manifest,
         "is_current": run_id == current,
@@ -295,7 +320,11 @@ def runs_show(
         print_mapping(
             f"version {run_id}",
             {
-                "current": "yes" if doc["is_current"] else f"no (CURRENT: {current})",
+                "current": "yes" if doc["is_current"] else (
+                    f"no (CURRENT: {current})" if current and not problem
+                    else "no (CURRENT names no published version)" if problem
+                    else "no (nothing is current)"
+                ),
                 "snapshot date": doc.get("snapshot_date"),
                 "users": doc.get("users", 0),
                 "rows": doc.get("rows", 0),

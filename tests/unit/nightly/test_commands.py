@@ -119,6 +119,28 @@ def test_publish_carry_over_and_runs_show(recs, tmp_path):
     assert code == 2 and "no published version 'night_9'" in one_error(err)
 
 
+def test_recs_runs_warns_of_a_current_naming_no_published_version(recs, tmp_path):
+    """(From a newcomer.) A CURRENT damaged from outside, or naming a version that is not
+    published, is a warning line of ``recs runs`` and ``runs show`` (and ``current_problem``
+    in the JSON), not a listing that quietly marks nothing current."""
+    home = tmp_path / "home"
+    paths, settings = night(home, 1)
+    validate_run(paths, settings)
+    publish_run(paths, settings)
+    code, _, err = recs("runs", "--json")
+    assert code == 0 and not any("warning" in line for line in err)
+    current = settings.published_dir / "CURRENT"
+    for text, says in (("", "names no version"), ("bogus\n", "names 'bogus', which is not")):
+        current.write_text(text)
+        code, out, err = recs("runs", "--json")
+        assert code == 0 and says in json.loads(out)["current_problem"]
+        (warning,) = [line for line in err if line.startswith("recs: warning: ")]
+        assert says in warning
+        code, out, err = recs("runs", "show", "night_1")
+        assert code == 0 and "CURRENT names no published version" in out
+        assert any(line.startswith("recs: warning: ") and says in line for line in err)
+
+
 def test_rollback_command(recs, tmp_path):
     home = tmp_path / "home"
     for day in (1, 2):
