@@ -60,10 +60,12 @@ def test_a_lock_file_removed_between_open_and_flock_is_not_trusted(tmp_path, mon
         os.close(descriptor)
 
 
-def test_a_folder_removed_between_mkdir_and_open_is_made_again(tmp_path, monkeypatch):
-    """(From a review: 8 of 3,200 concurrent attempts crashed with FileNotFoundError.)"""
-    path = tmp_path / "runs" / "2026-11-01" / "r" / ".lock"
-    real_open, failed = os.open, []
+RACED_LOCK = ("runs", "2026-11-01", "r", ".lock")
+
+
+def _remove_folder_in_open(tmp_path, monkeypatch, failed: list) -> None:
+    """``os.open`` of the lock file finds its folder just removed (once)."""
+    path, real_open = tmp_path.joinpath(*RACED_LOCK), os.open
 
     def open_after_removal(name, flags, *args, **kwargs):
         if name == path and not failed:
@@ -72,27 +74,29 @@ def test_a_folder_removed_between_mkdir_and_open_is_made_again(tmp_path, monkeyp
         return real_open(name, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", open_after_removal)
-    descriptor = locks._locked(path, False, "run r")
-    monkeypatch.undo()
-    try:
-        assert failed and _held_elsewhere(path)
-    finally:
-        os.close(descriptor)
 
 
-def test_a_folder_removed_inside_mkdir_is_made_again(tmp_path, monkeypatch):
-    """(From a review: with real processes, pathlib's mkdir raised FileExistsError when the
-    folder went between its mkdir(2), EEXIST, and its is_dir check.)"""
-    path = tmp_path / "runs" / "2026-11-01" / "r" / ".lock"
-    real_mkdir, failed = Path.mkdir, []
+def _remove_folder_in_mkdir(tmp_path, monkeypatch, failed: list) -> None:
+    """pathlib's ``mkdir`` raises ``FileExistsError`` (once), as when the folder went between
+    its mkdir(2), EEXIST, and its ``is_dir`` check."""
+    parent, real_mkdir = tmp_path.joinpath(*RACED_LOCK).parent, Path.mkdir
 
     def mkdir_racing(self, *args, **kwargs):
-        if self == path.parent and not failed:
+        if self == parent and not failed:
             failed.append(self)
-            raise FileExistsError(17, "File exists", str(self))  # as pathlib raises it then
+            raise FileExistsError(17, "File exists", str(self))
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", mkdir_racing)
+
+
+@pytest.mark.parametrize("race", [_remove_folder_in_open, _remove_folder_in_mkdir])
+def test_a_folder_removed_while_the_lock_is_taken_is_made_again(tmp_path, monkeypatch, race):
+    """(From reviews: 8 of 3,200 concurrent attempts crashed with FileNotFoundError, between
+    mkdir and open; with two real processes, pathlib's mkdir raised FileExistsError.)"""
+    failed: list = []
+    race(tmp_path, monkeypatch, failed)
+    path = tmp_path.joinpath(*RACED_LOCK)
     descriptor = locks._locked(path, False, "run r")
     monkeypatch.undo()
     try:
