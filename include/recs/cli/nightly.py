@@ -195,7 +195,7 @@ def gc(
     from recs.nightly.retention import collect_garbage
     from recs.nightly.runs import parse_snapshot_date
 
-    day = parse_snapshot_date(today) if today is not None else None
+    day = parse_snapshot_date(today, "--today date") if today is not None else None
     result = collect_garbage(current_settings(), day, dry_run=dry_run)
 
     def render(doc):

@@ -50,17 +50,25 @@ RUN_ID_RULE = (
 _AIRFLOW_SEPARATORS = re.compile(r"[~:+]+")  # in Airflow's allowed_run_id_pattern, not in ours
 
 
-def parse_snapshot_date(value: str | dt.date) -> dt.date:
-    """``YYYY-MM-DD`` (or a date / datetime) to a date. Raises ``InvalidDateError``."""
+_DATE_SHAPE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def parse_snapshot_date(value: str | dt.date, what: str = "snapshot date") -> dt.date:
+    """``YYYY-MM-DD`` (or a date / datetime) to a date. Raises ``InvalidDateError`` naming
+    ``what`` the value was for, and, for the right shape, the calendar's objection
+    (``2026-11-31``: day is out of range for month)."""
     if isinstance(value, dt.datetime):
         return value.date()
     if isinstance(value, dt.date):
         return value
+    text = str(value).strip()
     try:
-        return dt.date.fromisoformat(str(value).strip())
-    except ValueError:
+        return dt.date.fromisoformat(text)
+    except ValueError as error:
+        if _DATE_SHAPE.fullmatch(text):
+            raise InvalidDateError(f"invalid {what} {value!r}: no such day ({error})") from None
         raise InvalidDateError(
-            f"invalid snapshot date {value!r}: expected YYYY-MM-DD, e.g. 2026-11-01"
+            f"invalid {what} {value!r}: expected YYYY-MM-DD, e.g. 2026-11-01"
         ) from None
 
 
@@ -69,7 +77,13 @@ def check_run_id(run_id: str) -> str:
     ``InvalidRunIdError`` naming the rule. Never rewrites: ``../../x`` is refused, not turned
     into ``x``, and ``""`` is refused, not taken as "the default"."""
     if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
-        raise InvalidRunIdError(f"invalid run id {run_id!r}: {RUN_ID_RULE}")
+        hint = ""
+        if isinstance(run_id, str) and _AIRFLOW_SEPARATORS.search(run_id):
+            try:  # Airflow's own spelling of a run id: name the folder it runs in
+                hint = f" (an Airflow run id? its run is {run_id_from_airflow(run_id)!r})"
+            except InvalidRunIdError:
+                pass
+        raise InvalidRunIdError(f"invalid run id {run_id!r}: {RUN_ID_RULE}{hint}")
     return run_id
 
 

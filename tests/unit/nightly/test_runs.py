@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from recs.errors import RecsError
-from recs.nightly.runs import RunPaths, check_run_id, run_id_from_airflow
+from recs.nightly.runs import RunPaths, check_run_id, parse_snapshot_date, run_id_from_airflow
 
 RULE = (
     "run ids are 1 to 64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
@@ -22,7 +22,7 @@ def test_valid_run_ids_are_returned_unchanged(run_id):
 
 @pytest.mark.parametrize(
     "run_id",
-    ["", "../../x", "a/b", "a\\b", ".x", "_x", "-x", "a..b", "x" * 65, "a b", "a:b", "é", "a\n"],
+    ["", "../../x", "a/b", "a\\b", ".x", "_x", "-x", "a..b", "x" * 65, "a b", "é", "a\n"],
 )
 def test_invalid_run_ids_raise_one_line_naming_the_rule(run_id):
     with pytest.raises(RecsError) as raised:
@@ -55,6 +55,39 @@ def test_airflow_run_ids_map_their_separators_and_are_then_checked():
     for bad in ("../../x", "..", "a" * 65, "", "_x"):
         with pytest.raises(RecsError, match=r"invalid run id .*: run ids are"):
             run_id_from_airflow(bad)
+
+
+def test_an_airflow_run_id_given_to_the_cli_names_its_run():
+    """(From a newcomer.) The id Airflow's UI shows is refused (its ``:`` and ``+``), with the
+    run id it runs under; an id no mapping saves gets the rule alone."""
+    airflow_id = "manual__2026-12-06T00:01:16.071561+00:00"
+    with pytest.raises(RecsError) as raised:
+        check_run_id(airflow_id)
+    assert str(raised.value) == (
+        f"invalid run id {airflow_id!r}: {RULE} (an Airflow run id? its run is "
+        "'manual__2026-12-06T00_01_16.071561_00_00')"
+    )
+    with pytest.raises(RecsError) as raised:
+        check_run_id("a:" + "x" * 70)
+    assert str(raised.value).endswith(RULE)
+
+
+@pytest.mark.parametrize(
+    ("value", "what", "message"),
+    [
+        ("2026-11-31", "snapshot date", "invalid snapshot date '2026-11-31': no such day (day is "
+         "out of range for month)"),
+        ("2026-13-01", "--today date", "invalid --today date '2026-13-01': no such day (month "
+         "must be in 1..12)"),
+        ("11/01/2026", "snapshot date", "invalid snapshot date '11/01/2026': expected YYYY-MM-DD, "
+         "e.g. 2026-11-01"),
+    ],
+)  # fmt: skip
+def test_a_bad_date_says_what_is_wrong_with_it(value, what, message):
+    """(From a newcomer.) ``2026-11-31`` has the shape asked for: it is not a day."""
+    with pytest.raises(RecsError) as raised:
+        parse_snapshot_date(value, what)
+    assert str(raised.value) == message and raised.value.exit_code == 2
 
 
 def test_as_of_unchanged():
