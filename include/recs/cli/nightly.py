@@ -75,9 +75,27 @@ def run(
             table.add_row(name, f"{stage['seconds']:.2f}", f"{share:.0%}")
         table.add_row("total", f"{doc['seconds']:.2f}", "100%")
         out.print(table)
+        out.print(_run_outcome(doc), highlight=False, soft_wrap=True)
 
     emit(result, as_json, render)
     _report_carry_over(result["stages"]["publish_run"]["result"])
+
+
+def _run_outcome(doc: dict) -> str:
+    """How a finished ``recs run`` ended, in one line: what was published, what ``CURRENT``
+    names now and what the gate compared with (``run_all``'s publish and gate results)."""
+    published = doc["stages"]["publish_run"]["result"]
+    gate = doc["stages"]["validate_run"]["result"]
+    compared = gate.get("compared_with") or "nothing (first version: skipped)"
+    figures = f"{published['users']:,} users with lists, {published['rows']:,} rows"
+    if published["current"]:
+        where = f"CURRENT now names it (was {published['previous'] or 'none'})"
+    else:
+        where = (
+            f"published beside CURRENT {published['previous']}, a later snapshot: "
+            f"`recs rollback --to {doc['run_id']}` serves it"
+        )
+    return f"published {doc['run_id']}: {figures}; {where}; the gate compared with {compared}"
 
 
 def _report_carry_over(published: dict) -> None:

@@ -287,3 +287,26 @@ def test_ctrl_c_during_dbt_stops_the_run_with_one_line(tmp_path):
     assert process.returncode == 130, rest
     assert rest.strip().splitlines()[-1] == "recs: aborted"
     assert "Traceback" not in rest and "build_graph" not in rest
+
+
+def test_recs_run_ends_with_how_it_ended():
+    """(From a newcomer: a finished ``recs run`` printed its stage times only.) One line: what
+    was published, what CURRENT names, what the gate compared with; a backfill says where."""
+    from recs.cli.nightly import _run_outcome
+
+    def doc(current, previous, compared):
+        publish = {"users": 54_936, "rows": 985_580, "current": current, "previous": previous}
+        return {"run_id": "cli__2026-11-01", "stages": {
+            "validate_run": {"result": {"compared_with": compared}},
+            "publish_run": {"result": publish},
+        }}  # fmt: skip
+
+    assert _run_outcome(doc(True, None, None)) == (
+        "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; CURRENT now names it "
+        "(was none); the gate compared with nothing (first version: skipped)"
+    )
+    assert _run_outcome(doc(False, "cli__2026-11-05", "cli__2026-11-05")) == (
+        "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; published beside "
+        "CURRENT cli__2026-11-05, a later snapshot: `recs rollback --to cli__2026-11-01` serves "
+        "it; the gate compared with cli__2026-11-05"
+    )
