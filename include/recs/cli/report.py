@@ -72,12 +72,20 @@ def report(
     document = run_report(paths)
 
     def render(doc: dict) -> None:
-        gate, skew = doc["gate"], doc["skew"]
+        gate, skew, run = doc["gate"], doc["skew"], doc["run"]
         statuses = [f"{s['shard_id']:03d} {s['status']}" for s in doc["shards"]]
         print_mapping(
             f"run {paths.run_id} ({paths.snapshot_date})",
             {
+                "published": ("yes, CURRENT" if run["is_current"] else "yes")
+                if run["published"] else "no",
+                "stage seconds": ", ".join(
+                    f"{s['stage']} {s['seconds']:.1f}" for s in doc["stages"]
+                    if s["seconds"] is not None
+                ) or "none recorded",
                 "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed",
+                "checks not passed": ", ".join(_not_passed(gate)) or "none",
+                "compared with": gate["compared_with"] or "nothing (skipped)",
                 "shards": ", ".join(statuses) or "none planned",
                 "skew (over 2x median)": ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none",
                 "hub share of traversals": "none recorded"
@@ -90,6 +98,18 @@ def report(
         )
 
     emit(document, as_json, render)
+
+
+def _not_passed(gate: dict) -> list[str]:
+    """The gate's failed or errored checks by name (each once, in suite order), with
+    ``(errored)`` after those that could not be evaluated."""
+    names: dict[str, str] = {}
+    for checkpoint in gate["checkpoints"]:
+        for item in checkpoint["expectations"]:
+            if item["status"] != "passed":
+                errored = " (errored)" if item["status"] == "errored" else ""
+                names.setdefault(str(item["name"]), f"{item['name']}{errored}")
+    return list(names.values())
 
 
 @app.command("dbt-docs")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.config import Settings, get_settings
-from recs.files import read_json
+from recs.files import read_json, write_json
 from recs.nightly import shard_plan
 from recs.nightly.artifacts import synced, withdraw_shards
 from recs.nightly.locks import run_lock, shard_lock
@@ -338,6 +338,7 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         t0 = time.perf_counter()
         result = func(*args)
         stages[name] = {"seconds": round(time.perf_counter() - t0, 3), "result": result}
+        _record_times(paths, stages)
         return result
 
     timed("freeze_snapshot", lambda: freeze_snapshot(paths, settings, rebuild=rebuild_snapshot))
@@ -362,6 +363,7 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         "seconds": round(time.perf_counter() - t0, 3),
         "result": {"shards": len(shard_results), "failed": [f["shard_id"] for f in failed]},
     }
+    _record_times(paths, stages)
     timed("validate_shards", validate_shards, paths, shard_ids)
     timed("validate_run", validate_run, paths)
     timed("publish_run", publish_run, paths)
@@ -372,3 +374,10 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         "failed_shards": failed,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _record_times(paths: RunPaths, stages: dict[str, Any]) -> None:
+    """Save the wall seconds of the stages ``run_all`` has finished so far in
+    ``paths.stage_times`` (``{"stages": {name: seconds}}``), for ``recs report``: a DAG run's
+    come from Airflow's task instances, a ``recs run``'s from here."""
+    write_json(paths.stage_times, {"stages": {n: s["seconds"] for n, s in stages.items()}})

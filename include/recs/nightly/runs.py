@@ -20,6 +20,7 @@ Layout of one run (``RunPaths``)::
         shards/shard_id=NNN/recommendations.parquet + manifest.json
         validation/                     validate_run: GX results, Data Docs
             shards/shard_id=NNN/results.json    validate_shards: one shard's gate
+        stage_times.json                recs run (run_all): each stage's wall seconds so far
 
 Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
 letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
@@ -189,6 +190,10 @@ class RunPaths:
     @property
     def validation_dir(self) -> Path:
         return self.run_dir / "validation"
+
+    @property
+    def stage_times(self) -> Path:
+        return self.run_dir / "stage_times.json"
 
     def shard_dir(self, shard_id: int) -> Path:
         return self.shards_dir / f"shard_id={shard_id:03d}"

@@ -237,8 +237,9 @@ def stage_timings(
     tries, mapped, source``. From Airflow (``source: "airflow"``): the mapped
     ``traverse_shard`` spans its first start to its last end, ``state`` the worst of its
     tasks; ``offset`` is seconds after the run's first start. From the run's files
-    (``source: "files"``, no start or end): dbt's elapsed time for ``build_models``, the sum
-    of the shard seconds for ``traverse_shard``; the other stages record no time (None)."""
+    (``source: "files"``, no start or end): the wall seconds ``recs run`` recorded per stage
+    (``RunPaths.stage_times``), else dbt's elapsed time for ``build_models`` and the sum of the
+    shard seconds for ``traverse_shard``; a stage with neither has None."""
     if task_instances:
         return _airflow_stages(task_instances)
     dbt = _read(paths.run_dir / DBT_RESULTS) or {}
@@ -247,6 +248,11 @@ def stage_timings(
         "build_models": dbt.get("elapsed_time"),
         "traverse_shard": round(sum(shard_seconds), 3) if shard_seconds else None,
     }
+    recorded = (_read(paths.stage_times) or {}).get("stages")
+    if isinstance(recorded, dict):
+        seconds.update(
+            {name: value for name, value in recorded.items() if isinstance(value, int | float)}
+        )
     return [
         {"stage": stage, "state": None, "seconds": seconds.get(stage), "start": None,
          "end": None, "offset": None, "tries": None, "mapped": stage in MAPPED_STAGES,

@@ -280,8 +280,12 @@ def test_the_gate_checks_the_plan_counted_the_eligible_users_as_dbt_does(setting
     from recs.files import write_json
 
     add_mutual_friends(settings)
-    pipeline.run_all(settings.home, "2026-11-05", "whole", settings)
+    result = pipeline.run_all(settings.home, "2026-11-05", "whole", settings)
     paths = RunPaths.create(settings.home, "2026-11-05", "whole")
+    recorded = read_json(paths.stage_times)["stages"]  # for recs report: what run_all timed
+    assert recorded == {name: stage["seconds"] for name, stage in result["stages"].items()}
+    assert set(recorded) == {"freeze_snapshot", "build_models", "build_graph", "plan_shards",
+                             "traverse_shard", "validate_shards", "validate_run", "publish_run"}
     manifest = read_json(paths.snapshot_manifest)
     assert manifest["shard_plan"]["eligible_users"] == 7
     manifest["shard_plan"]["eligible_users"] = 8

@@ -114,6 +114,27 @@ def test_airflow_task_instances_give_the_stage_timings(run):
     assert charts.stage_chart(list(stages.values())) is not None
 
 
+def test_a_recs_run_gives_its_stage_seconds_from_its_own_record(run):
+    """(From a newcomer: 9 of 11 stages had no seconds for a ``recs run``.) Without Airflow,
+    the seconds ``run_all`` recorded (``stage_times.json``) stand, over dbt's own elapsed time
+    and the shards' sum; a stage it did not reach keeps those, else None."""
+    stages = {s["stage"]: s["seconds"] for s in run_report(run)["stages"]}
+    assert (stages["build_models"], stages["traverse_shard"], stages["freeze_snapshot"]) == (
+        9.0, 4.5, None)  # fmt: skip
+    _write(run.stage_times, {"stages": {"freeze_snapshot": 1.25, "build_models": 12.5}})
+    stages = {s["stage"]: s["seconds"] for s in run_report(run)["stages"]}
+    assert (stages["freeze_snapshot"], stages["build_models"], stages["traverse_shard"]) == (
+        1.25, 12.5, 4.5)  # fmt: skip
+    assert stages["publish_run"] is None
+
+
+def test_recs_report_names_the_checks_that_did_not_pass(run):
+    """(From a newcomer: the text said "failed: 33 of 35 passed" only.)"""
+    from recs.cli.report import _not_passed
+
+    assert _not_passed(run_report(run)["gate"]) == ["b", "c (errored)"]
+
+
 def test_versions_name_current_and_rollback_target(run):
     report = versions_report(run.home / "published")
     assert [(v["run_id"], v["role"], v["rollback_command"]) for v in report["versions"]] == [
