@@ -88,6 +88,7 @@ def serve(
     """Serve the read API (uvicorn) from the published version CURRENT names and the live store;
     a new version is picked up without a restart. Needs RECS_API_JWT_SECRET."""
     from recs.serving.auth import secret_of
+    from recs.serving.server import check_port
     from recs.serving.server import serve as _serve
 
     settings = current_settings()
@@ -95,6 +96,7 @@ def serve(
     host = host or settings.api_host
     port = port or settings.api_port
     workers = workers or settings.api_workers
+    check_port(host, port)  # a port in use: one line, exit 2, before the start-up line
     err.print(
         f"recs read API on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}), "
         f"serving {settings.published_dir}/CURRENT",

@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from recs.config import Settings, get_settings
+from recs.errors import ConfigurationError
 from recs.serving.auth import secret_of
 from recs.serving.metrics import HTTP_REFUSED
 
@@ -143,6 +145,27 @@ def uvicorn_options(settings: Settings) -> dict:
         "limit_concurrency": settings.api_max_connections,
         "timeout_keep_alive": settings.api_keepalive_timeout_seconds,
     }
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise ``ConfigurationError`` (one line, exit 2) if ``host:port`` cannot be bound now, as
+    uvicorn binds it (``SO_REUSEADDR``): another process holds the port, or the host is not
+    this machine's. Before it, uvicorn's own start-up failure was a raw log line and exit 3,
+    which the CLI's exit table uses for a failed gate."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ConfigurationError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot serve on {host}:{port}: {error.strerror} (another process holds the "
+                "port? choose another with --port or RECS_API_PORT)"
+            ) from None
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int, access_log: bool) -> None:

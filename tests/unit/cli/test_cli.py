@@ -39,7 +39,8 @@ def test_run_rejects_a_bad_run_id_before_doing_anything(recs, tmp_path, run_id):
     """Exit 2, one line naming the rule; no stage started (no progress line), no run folder."""
     code, _out, err = recs("run", "--snapshot-date", "2026-11-01", "--run-id", run_id)
     assert code == 2
-    assert _one_error(err) == f"recs: error: invalid run id {run_id!r}: {RUN_ID_RULE}"
+    hint = " (an Airflow run id? its run is 'scheduled_1')" if ":" in run_id else ""
+    assert _one_error(err) == f"recs: error: invalid run id {run_id!r}: {RUN_ID_RULE}{hint}"
     assert not any("freeze_snapshot" in line for line in err)
     assert not (tmp_path / "home" / "runs").exists()
     assert not (tmp_path / "x").exists()
@@ -309,4 +310,20 @@ def test_recs_run_ends_with_how_it_ended():
         "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; published beside "
         "CURRENT cli__2026-11-05, a later snapshot: `recs rollback --to cli__2026-11-01` serves "
         "it; the gate compared with cli__2026-11-05"
+    )
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):
+    """(From a newcomer: uvicorn's raw bind error and exit 3, the exit of a failed gate.)"""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code, _, err = recs("serve", "--host", "127.0.0.1", "--port", str(port))
+    assert code == 2
+    assert _one_error(err) == (
+        f"recs: error: cannot serve on 127.0.0.1:{port}: Address already in use (another "
+        "process holds the port? choose another with --port or RECS_API_PORT)"
     )
