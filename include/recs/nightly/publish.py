@@ -300,15 +300,17 @@ def _refuse_moved_baseline(run_id: str, summary: dict[str, Any], previous: str |
     when the run was validated (the summary's ``current_when_validated``, or its
     ``compared_with`` in a summary saved before that was recorded): a rollback, or another
     publish, between the gate and this publish, so its change checks judged the run against a
-    version this publish does not replace."""
+    version this publish does not replace. A republish of the run ``CURRENT`` names replaces
+    its own published copy (its files unchanged since the gate: ``_stage_version``), so it
+    goes."""
     if "current_when_validated" in summary:
         then = summary["current_when_validated"]
     elif summary.get("compared_with") is not None:
         then = summary["compared_with"]
     else:
         return  # an earlier version's summary that compared with nothing: nothing to check
-    if then == previous:
-        return
+    if then == previous or previous == run_id:
+        return  # the same baseline, or a republish of the run CURRENT names (its own copy)
     raise ValidationFailedError(
         f"refusing to publish run {run_id}: it was validated while CURRENT named "
         f"{then or 'nothing'}, and CURRENT now names {previous or 'nothing'}, so the gate's "

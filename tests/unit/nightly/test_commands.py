@@ -222,7 +222,7 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     assert sorted(p.name for p in (home / "snapshots").iterdir()) == ["2026-11-15", "notes"]
     assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
     code, _, err = recs("gc", "--today", "2026-13-01")
-    assert code == 2 and "invalid snapshot date" in one_error(err)
+    assert code == 2 and "invalid --today date '2026-13-01': no such day" in one_error(err)
 
 
 @pytest.mark.parametrize("damage", ["", '{"run_id": "night_2", "shards"', "[1, 2]"])
