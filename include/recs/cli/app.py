@@ -110,9 +110,27 @@ def print_mapping(title: str, mapping: dict) -> None:
     table.add_column("key", no_wrap=True)
     table.add_column("value")  # wraps at its spaces; a path (one word) stays whole
     for key, value in mapping.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = f"{value:,}"
-        elif isinstance(value, float):
-            value = f"{value:,.3f}"
-        table.add_row(Text(str(key)), Text(str(value)))  # as they are: "[b]" is not markup
+        # as they are: "[b]" is not markup
+        table.add_row(Text(str(key)), Text(shown_value(str(key), value)))
     print_whole(table)
+
+
+def shown_value(key: str, value: Any) -> str:
+    """A value as a key/value table shows it: counts with thousands separators (not an id or a
+    seed: ``seed 20261101``), floats to 3 places, None and empty lists as ``none``, booleans as
+    ``yes`` / ``no``, lists and mappings as ``a, b`` / ``key value, ...`` (never Python's
+    ``[]``, ``{'active': 79796}``, ``None`` or ``True``)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        plain = key.endswith(("id", "seed")) or key.startswith("seed")
+        return str(value) if plain else f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {shown_value(str(k), v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return ", ".join(shown_value(key, item) for item in value) or "none"
+    return str(value)

@@ -40,3 +40,27 @@ def test_a_long_run_id_stays_whole_beside_a_column_that_wraps(narrow):
     lines = narrow().splitlines()
     assert any(run_id in line and "985,580" in line for line in lines), lines[:6]
     assert sum(line.count(f"({run_id})") for line in lines) == 200
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("users", 82_168, "82,168"),
+        ("seed", 20_261_101, "20261101"),
+        ("shard_id", 12_345, "12345"),
+        ("share", 0.05, "0.050"),
+        ("previous", None, "none"),
+        ("current", True, "yes"),
+        ("rebuilt", False, "no"),
+        ("discarded_snapshots", [], "none"),
+        ("dates", ["2026-11-01", "2026-11-02"], "2026-11-01, 2026-11-02"),
+        ("by status", {"active": 79_796, "pending": 12}, "active 79,796, pending 12"),
+        ("path", "/tmp/[b]x", "/tmp/[b]x"),
+    ],
+)
+def test_a_key_value_table_shows_values_as_a_reader_reads_them(key, value, shown):
+    """(From a newcomer: tables showed None, True, [] and {'active': 79796}, and the seed
+    as 20,261,101.)"""
+    from recs.cli.app import shown_value
+
+    assert shown_value(key, value) == shown
