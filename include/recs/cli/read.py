@@ -16,7 +16,8 @@ from recs.errors import RecsError
 def recommend(
     user_text: UserIdArg,
     limit: Annotated[
-        int | None, typer.Option("--limit", help="Items to show (default api_default_limit).")
+        int | None,
+        typer.Option("--limit", help="Items to show (default 20, RECS_API_DEFAULT_LIMIT)."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -77,9 +77,12 @@ def column_mapping(
     column not given is found by its store name; in a headerless file the required id columns
     (and an interest's tag) default to positions ``1``, ``2``, ... in the table's order.
     Raises ``ImportInputError`` naming the available columns when a given column is absent or
-    a required one cannot be found.
+    a required one cannot be found, and saying so when the source has no columns at all (an
+    empty file).
     """
     columns = source.columns
+    if not columns:
+        raise ImportInputError(f"{source.name} is empty: no header and no rows to import")
     shown = shown_columns(columns)
     mapping: dict[str, str | None] = {}
     position = 0

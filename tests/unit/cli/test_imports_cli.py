@@ -109,10 +109,12 @@ def test_generate_missing_says_what_it_generated(recs, tmp_path):
         (["import", "edges", "--from-sql", "sqlite:///nowhere.db"], "needs --query"),
         (["import", "edges", "e.csv", "--format", "xlsx"], "--format must be"),
         (["import", "edges", "e.csv", "--bogus"], "No such option: --bogus"),
+        (["import", "edges", "empty.csv"], "empty.csv is empty: no header and no rows"),
     ],
 )
 def test_user_errors_are_one_line(recs, tmp_path, args, needle):
     (tmp_path / "e.csv").write_text("follower_id,followee_id\n1,2\n")
+    (tmp_path / "empty.csv").write_text("")  # a newcomer's: "has no column ... (columns: none)"
     code, _out, err = recs(*args)
     assert code == 2
     assert needle in one_error(err)
