@@ -327,3 +327,13 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):
         f"recs: error: cannot serve on 127.0.0.1:{port}: Address already in use (another "
         "process holds the port? choose another with --port or RECS_API_PORT)"
     )
+
+
+def test_recommend_limit_help_gives_the_settings_default(recs):
+    """The help spells the default out (the CLI does not import the settings to start); it must
+    be the setting's."""
+    from recs.config import Settings
+
+    code, out, _ = recs("recommend", "--help")
+    default = Settings.model_fields["api_default_limit"].default
+    assert code == 0 and f"(default {default}, RECS_API_DEFAULT_LIMIT)" in " ".join(out.split())
