@@ -134,7 +134,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         refuse_unseen(published_dir, previous, "publish_run")
         newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
         if newer is None:  # it becomes current: the gate must have compared with what it replaces
-            _refuse_moved_baseline(run_id, summary, previous)
+            _refuse_moved_baseline(published_dir, run_id, summary, previous)
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
         try:
             manifest = _stage_version(paths, settings, summary, staging, previous)
@@ -295,27 +295,47 @@ def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     return summary
 
 
-def _refuse_moved_baseline(run_id: str, summary: dict[str, Any], previous: str | None) -> None:
+def _refuse_moved_baseline(
+    published_dir: Path, run_id: str, summary: dict[str, Any], previous: str | None
+) -> None:
     """Raise ``ValidationFailedError`` if ``CURRENT`` names another version (``previous``) than
-    when the run was validated (the summary's ``current_when_validated``, or its
-    ``compared_with`` in a summary saved before that was recorded): a rollback, or another
-    publish, between the gate and this publish, so its change checks judged the run against a
-    version this publish does not replace. A republish of the run ``CURRENT`` names replaces
-    its own published copy (its files unchanged since the gate: ``_stage_version``), so it
-    goes."""
-    if "current_when_validated" in summary:
-        then = summary["current_when_validated"]
-    elif summary.get("compared_with") is not None:
-        then = summary["compared_with"]
-    else:
-        return  # an earlier version's summary that compared with nothing: nothing to check
-    if then == previous or previous == run_id:
-        return  # the same baseline, or a republish of the run CURRENT names (its own copy)
+    the gate compared the run with: the version ``CURRENT`` named when it was validated (the
+    summary's ``current_when_validated``) and the one it compared with (``compared_with``; the
+    only one in a summary saved before the other was recorded) must both be ``previous``. A
+    rollback or another publish in between would otherwise let the change checks judge the run
+    against a version this publish does not replace. Only a republish identical to the copy
+    ``CURRENT`` names (every shard the gate saw computed has that sha256 there: a retry, or
+    ``recs publish`` run again) goes whatever they were."""
+    baselines = {summary.get("compared_with")} - {None}
+    if "current_when_validated" in summary or not baselines:
+        baselines.add(summary.get("current_when_validated"))
+    if baselines == {previous} or _identical_republish(published_dir, run_id, summary, previous):
+        return
+    then = ", ".join(sorted(name or "nothing" for name in baselines))
     raise ValidationFailedError(
-        f"refusing to publish run {run_id}: it was validated while CURRENT named "
-        f"{then or 'nothing'}, and CURRENT now names {previous or 'nothing'}, so the gate's "
-        "change checks compared it with another version than the one it would replace; run "
-        "validate_run again (`recs validate`), then publish"
+        f"refusing to publish run {run_id}: it was validated against {then}, and CURRENT now "
+        f"names {previous or 'nothing'}, so the gate's change checks compared it with another "
+        "version than the one it would replace; run validate_run again (`recs validate`), then "
+        "publish"
+    )
+
+
+def _identical_republish(
+    published_dir: Path, run_id: str, summary: dict[str, Any], previous: str | None
+) -> bool:
+    """Whether ``previous`` is ``run_id``'s own published copy holding, for every shard the
+    gate saw computed, the file it validated (the same sha256)."""
+    if previous != run_id:
+        return False
+    try:
+        published = {s["shard_id"]: s for s in version_manifest(published_dir, run_id)["shards"]}
+    except (RecsError, KeyError, TypeError):
+        return False
+    return all(
+        published.get(s["shard_id"], {}).get("status", COMPUTED) == COMPUTED
+        and published.get(s["shard_id"], {}).get("sha256") == s.get("sha256")
+        for s in summary.get("shards", [])
+        if s.get("status", COMPUTED) == COMPUTED
     )
 
 

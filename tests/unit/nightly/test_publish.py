@@ -302,7 +302,13 @@ def test_republished_manifest_is_byte_identical(tmp_path, monkeypatch):
     first = (settings.published_dir / "night_1" / "manifest.json").read_bytes()
     (settings.published_dir / "night_1" / "manifest.json").unlink()  # force a fresh write
     os.utime(paths.shard_output(0), (0, 0))
-    publish_run(paths, settings)
+    # a copy without its manifest is not this run's files as validated (the gate saw nothing
+    # published): the publish refuses until the run is validated again
+    with pytest.raises(ValidationFailedError, match="validated against nothing"):
+        publish_run(paths, settings)
+    (settings.published_dir / "night_1" / "manifest.json").write_bytes(first)
+    # staged afresh and compared byte for byte with the copy in place (``_move_into_place``)
+    assert publish_run(paths, settings)["replaced"] == "unchanged"
     assert (settings.published_dir / "night_1" / "manifest.json").read_bytes() == first
 
 

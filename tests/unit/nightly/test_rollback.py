@@ -197,8 +197,8 @@ def test_a_publish_after_current_moved_since_the_gate_is_refused(three):
                                      snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
     assert validate_run(paths, settings)["compared_with"] == "night_3"
     rollback(three)
-    with pytest.raises(ValidationFailedError, match="validated while CURRENT named night_3, "
-                       "and CURRENT now names night_2") as raised:  # fmt: skip
+    with pytest.raises(ValidationFailedError, match="validated against night_3, and CURRENT "
+                       "now names night_2") as raised:  # fmt: skip
         publish_run(paths, settings)
     assert "\n" not in str(raised.value)
     assert current_version(published) == "night_2" and not (published / "night_4").exists()
@@ -212,3 +212,56 @@ def test_a_publish_after_current_moved_since_the_gate_is_refused(three):
     rollback(three)  # CURRENT back to night_2
     assert publish_run(backfill, backfill_settings)["current"] is False
     assert current_version(published) == "night_2"
+
+
+def test_a_republish_over_its_own_copy_goes_only_with_the_files_the_gate_saw(three):
+    """(From a review.) night_3 is rolled back from; its shards are rerun smaller (user 4
+    gone) and validated against night_2; then CURRENT is pointed at night_3 again. Publishing
+    would replace night_3's copy by files the gate never compared with it: refused. After
+    validating against night_3 it goes, and publishing it once more (identical) goes too."""
+    from test_validation import GOOD_ROWS
+
+    from recs.errors import ValidationFailedError
+
+    published = three.published_dir
+    rollback(three)
+    paths, _ = write_good_run(three.home, run_id="night_3", snapshot_date=dt.date(2026, 11, 3))
+    for path in paths.shards_dir.rglob("*"):
+        if path.is_file():
+            path.unlink()  # a rerun writes new files; the published copy keeps its own
+    smaller = {k: v for k, v in GOOD_ROWS.items() if k != 1}
+    paths, settings = write_good_run(three.home, run_id="night_3", rows=smaller,
+                                     snapshot_date=dt.date(2026, 11, 3))  # fmt: skip
+    assert validate_run(paths, settings)["compared_with"] == "night_2"
+    rollback(three, to="night_3")
+    with pytest.raises(ValidationFailedError, match="validated against night_2, and CURRENT "
+                       "now names night_3"):  # fmt: skip
+        publish_run(paths, settings)
+    assert version_manifest(published, "night_3")["users"] == 5  # the old copy, untouched
+    assert validate_run(paths, settings)["compared_with"] == "night_3"
+    assert publish_run(paths, settings)["replaced"] == "replaced"
+    assert publish_run(paths, settings)["replaced"] == "unchanged"
+
+
+@pytest.mark.parametrize("summary_change", ["compared_with", "older_summary"])
+def test_the_publish_checks_both_baselines_a_summary_names(three, summary_change):
+    """(From a review.) ``compared_with`` must be CURRENT too (CURRENT read again between the
+    two reads of the gate), and a summary saved before ``current_when_validated`` existed
+    that compared with nothing is checked as "validated against nothing"."""
+    from recs.errors import ValidationFailedError
+    from recs.files import read_json, write_json
+
+    paths, settings = write_good_run(three.home, run_id="night_4",
+                                     snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    validate_run(paths, settings)
+    summary_path = paths.validation_dir / "summary.json"
+    summary = read_json(summary_path)
+    if summary_change == "compared_with":
+        summary["compared_with"], expected = "night_2", "night_2, night_3"
+    else:
+        del summary["current_when_validated"]
+        summary["compared_with"], expected = None, "nothing"
+    write_json(summary_path, summary)
+    with pytest.raises(ValidationFailedError, match=f"validated against {expected}, and CURRENT "
+                       "now names night_3"):  # fmt: skip
+        publish_run(paths, settings)
