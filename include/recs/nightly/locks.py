@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from recs.errors import RunInProgressError
+from recs.errors import RecsError, RunInProgressError
 from recs.nightly.runs import RunPaths
 
 _held: dict[Path, str] = {}  # lock file -> "exclusive" | "shared", held by this process
@@ -104,10 +104,15 @@ def _locked(path: Path, shared: bool, what: str) -> int:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except (FileNotFoundError, FileExistsError):
-            # a parent removed between mkdir and open, or inside mkdir (after its mkdir(2) saw
-            # EEXIST, before its is_dir check: pathlib raises FileExistsError then)
-            continue
+        except FileNotFoundError:
+            continue  # a parent removed between mkdir and open
+        except (FileExistsError, NotADirectoryError):
+            blocking = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+            if blocking is not None and not blocking.is_dir():
+                raise RecsError(
+                    f"{what}: {blocking} is a file, where a folder of the run goes: move it"
+                ) from None
+            continue  # removed inside mkdir (its mkdir(2) saw EEXIST, then is_dir did not)
         try:
             fcntl.flock(descriptor, mode)
         except BlockingIOError:

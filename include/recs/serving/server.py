@@ -152,18 +152,23 @@ def check_port(host: str, port: int) -> None:
     uvicorn binds it (``SO_REUSEADDR``): another process holds the port, or the host is not
     this machine's. Before it, uvicorn's own start-up failure was a raw log line and exit 3,
     which the CLI's exit table uses for a failed gate."""
+    if not host:
+        return  # every interface: uvicorn binds each family it can, more than one probe shows
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
-        raise ConfigurationError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+        raise ConfigurationError(f"cannot serve on {where}: {error.strerror}") from None
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # as uvicorn's socket: IPv6 only, beside an IPv4 holder
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
             probe.bind(address)
         except OSError as error:
             raise ConfigurationError(
-                f"cannot serve on {host}:{port}: {error.strerror} (another process holds the "
+                f"cannot serve on {where}: {error.strerror} (another process holds the "
                 "port? choose another with --port or RECS_API_PORT)"
             ) from None
 

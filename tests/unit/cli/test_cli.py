@@ -337,3 +337,28 @@ def test_recommend_limit_help_gives_the_settings_default(recs):
     code, out, _ = recs("recommend", "--help")
     default = Settings.model_fields["api_default_limit"].default
     assert code == 0 and f"(default {default}, RECS_API_DEFAULT_LIMIT)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("host", "free"), [("", True), ("::1", False), ("nosuchhost.invalid", False)]
+)
+def test_check_port_takes_every_interface_and_spells_ipv6(host, free):
+    """(From a review.) An empty host (every interface) is not probed; an IPv6 host is shown in
+    brackets; a name that does not resolve is one line."""
+    import socket
+
+    from recs.errors import ConfigurationError
+    from recs.serving.server import check_port
+
+    family = socket.AF_INET6 if host == "::1" else socket.AF_INET
+    with socket.socket(family) as holder:
+        holder.bind(("::1" if host == "::1" else "127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        if free:
+            check_port(host, port)
+            return
+        with pytest.raises(ConfigurationError) as raised:
+            check_port(host, port)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    assert str(raised.value).startswith(f"cannot serve on {where}: ")

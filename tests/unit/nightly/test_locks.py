@@ -105,6 +105,21 @@ def test_a_folder_removed_while_the_lock_is_taken_is_made_again(tmp_path, monkey
         os.close(descriptor)
 
 
+@pytest.mark.parametrize("in_the_way", ["r", "2026-11-01"])
+def test_a_file_where_a_run_folder_goes_is_one_error_not_a_retry(tmp_path, in_the_way):
+    """(From a review: it was retried 100 times, then called a lock file "being removed".)"""
+    from recs.errors import RecsError
+
+    path = tmp_path.joinpath(*RACED_LOCK)
+    blocking = path.parent if in_the_way == "r" else path.parent.parent
+    blocking.parent.mkdir(parents=True)
+    blocking.write_text("not a folder")
+    with pytest.raises(RecsError, match=f"run r: {blocking} is a file, where a folder of the "
+                       "run goes: move it") as raised:  # fmt: skip
+        locks._locked(path, False, "run r")
+    assert raised.value.exit_code == 2
+
+
 def _wait(path: Path, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while not path.exists():
