@@ -118,7 +118,8 @@ def print_mapping(title: str, mapping: dict) -> None:
 def shown_value(key: str, value: Any) -> str:
     """A value as a key/value table shows it: counts with thousands separators (not an id or a
     seed: ``seed 20261101``), floats to 3 places, None and empty lists as ``none``, booleans as
-    ``yes`` / ``no``, lists and mappings as ``a, b`` / ``key value, ...`` (never Python's
+    ``yes`` / ``no``, lists and mappings as ``a, b`` / ``key value, ...``, a list's integers
+    plain (they are ids: shard ``1000``, not ``1,000``; never Python's
     ``[]``, ``{'active': 79796}``, ``None`` or ``True``)."""
     if value is None:
         return "none"
@@ -131,6 +132,8 @@ def shown_value(key: str, value: Any) -> str:
         return f"{value:,.3f}"
     if isinstance(value, dict):
         return ", ".join(f"{k} {shown_value(str(k), v)}" for k, v in value.items()) or "none"
-    if isinstance(value, list | tuple):
-        return ", ".join(shown_value(key, item) for item in value) or "none"
+    if isinstance(value, list | tuple):  # ids, e.g. shard ids: 1000, never 1,000
+        return ", ".join(str(v) if isinstance(v, int) else shown_value(key, v) for v in value) or (
+            "none"
+        )
     return str(value)

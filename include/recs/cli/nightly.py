@@ -86,7 +86,8 @@ def _run_outcome(doc: dict) -> str:
     names now and what the gate compared with (``run_all``'s publish and gate results)."""
     published = doc["stages"]["publish_run"]["result"]
     gate = doc["stages"]["validate_run"]["result"]
-    compared = gate.get("compared_with") or "nothing (first version: skipped)"
+    skipped = [item.get("reason") for item in gate.get("skipped") or [] if item.get("reason")]
+    compared = gate.get("compared_with") or f"nothing ({skipped[0] if skipped else 'skipped'})"
     figures = f"{published['users']:,} users with lists, {published['rows']:,} rows"
     if published["current"]:
         where = f"CURRENT now names it (was {published['previous'] or 'none'})"
@@ -292,17 +293,24 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 def _current_problem(published_dir, versions: list[dict]) -> str | None:
-    """Why no listed version is marked current though ``CURRENT`` exists: it names no version
-    (damaged from outside: ``published.current_version``'s error) or one that is not a complete
-    published version; None when it is sound or absent (nothing published)."""
-    from recs.errors import CorruptFileError
-    from recs.published import CURRENT_FILE, current_version
+    """What is wrong with ``CURRENT``: it names no version (damaged from outside:
+    ``published.current_version``'s error), one that is not published, or one whose files are
+    not all there (``published.check_version``); None when it is sound or absent (nothing
+    published)."""
+    from recs.errors import CorruptFileError, RunNotFoundError
+    from recs.published import CURRENT_FILE, check_version, current_version
 
     try:
         name = current_version(published_dir)
     except CorruptFileError as damaged:
         return str(damaged)
-    if name is None or any(v["run_id"] == name for v in versions):
+    if name is None:
+        return None
+    if any(v["run_id"] == name for v in versions):
+        try:
+            check_version(published_dir, name)  # every file there, of the manifest's size
+        except RunNotFoundError as incomplete:
+            return f"CURRENT names {name}, which is damaged: {incomplete}"
         return None
     return (
         f"{published_dir / CURRENT_FILE} names {name!r}, which is not a complete published "

@@ -84,8 +84,12 @@ def report(
                     if s["seconds"] is not None
                 ) or "none recorded",
                 "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed",
-                "checks not passed": ", ".join(_not_passed(gate)) or "none",
-                "compared with": gate["compared_with"] or "nothing (skipped)",
+                "checks not passed": ", ".join(_not_passed(gate)) or (
+                    "none" if gate["evaluated"] else "none run"
+                ),
+                "compared with": gate["compared_with"] or (
+                    "nothing (skipped)" if gate["outcome"] != "not validated" else "not validated"
+                ),
                 "shards": ", ".join(statuses) or "none planned",
                 "skew (over 2x median)": ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none",
                 "hub share of traversals": "none recorded"

@@ -106,6 +106,8 @@ def run_report(
     shard_count = snapshot.get("shard_count") or settings.get("shard_count")
     published_dir = paths.home / "published"
     version = _read(version_dir(published_dir, paths.run_id) / MANIFEST_FILE)
+    if version is not None and version.get("snapshot_date") != paths.snapshot_date.isoformat():
+        version = None  # the same run id of another date was published, not this run
     summary = _read(paths.validation_dir / "summary.json")
     results = _read(paths.validation_dir / "results.json")
     shards = shard_rows(paths, shard_count, version, task_instances)
@@ -122,7 +124,8 @@ def run_report(
             "shard_count": shard_count,
             "outcome": outcome,
             "published": version is not None,
-            "is_current": current_version(published_dir, strict=False) == paths.run_id,
+            "is_current": version is not None
+            and current_version(published_dir, strict=False) == paths.run_id,
             "rows": (version or summary or {}).get("rows"),
             "users": (version or summary or {}).get("users"),
         },

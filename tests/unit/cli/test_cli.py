@@ -298,13 +298,15 @@ def test_recs_run_ends_with_how_it_ended():
     def doc(current, previous, compared):
         publish = {"users": 54_936, "rows": 985_580, "current": current, "previous": previous}
         return {"run_id": "cli__2026-11-01", "stages": {
-            "validate_run": {"result": {"compared_with": compared}},
+            "validate_run": {"result": {"compared_with": compared, "skipped": [] if compared
+                             else [{"name": "users_change_within_bounds",
+                                    "reason": "nothing is published yet"}]}},
             "publish_run": {"result": publish},
         }}  # fmt: skip
 
     assert _run_outcome(doc(True, None, None)) == (
         "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; CURRENT now names it "
-        "(was none); the gate compared with nothing (first version: skipped)"
+        "(was none); the gate compared with nothing (nothing is published yet)"
     )
     assert _run_outcome(doc(False, "cli__2026-11-05", "cli__2026-11-05")) == (
         "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; published beside "

@@ -139,6 +139,11 @@ def test_recs_runs_warns_of_a_current_naming_no_published_version(recs, tmp_path
         code, out, err = recs("runs", "show", "night_1")
         assert code == 0 and "CURRENT names no published version" in out
         assert any(line.startswith("recs: warning: ") and says in line for line in err)
+    current.write_text("night_1\n")
+    (settings.published_dir / "night_1" / "shard_id=002" / "recommendations.parquet").unlink()
+    code, out, err = recs("runs", "--json")  # a version whose files are not all there
+    assert code == 0 and "CURRENT names night_1, which is damaged" in json.loads(out)[
+        "current_problem"]  # fmt: skip
 
 
 def test_rollback_command(recs, tmp_path):

@@ -135,6 +135,18 @@ def test_recs_report_names_the_checks_that_did_not_pass(run):
     assert _not_passed(run_report(run)["gate"]) == ["b", "c (errored)"]
 
 
+def test_a_version_of_the_same_run_id_on_another_date_is_not_this_run(run):
+    """(From a review: a never-validated run of 2026-11-05 reusing the id of a published
+    2026-11-01 version was reported "published: yes, CURRENT".)"""
+    other = RunPaths(run.home, dt.date(2026, 11, 5), "night_1")
+    _write(other.snapshot_manifest, {"shard_count": 4, "settings": {"shard_count": 4}})
+    report = run_report(other)
+    assert (report["run"]["published"], report["run"]["is_current"]) == (False, False)
+    assert report["gate"]["outcome"] == "not validated" and report["gate"]["evaluated"] == 0
+    assert (run_report(run)["run"]["published"], run_report(run)["run"]["is_current"]) == (
+        True, True)  # fmt: skip
+
+
 def test_versions_name_current_and_rollback_target(run):
     report = versions_report(run.home / "published")
     assert [(v["run_id"], v["role"], v["rollback_command"]) for v in report["versions"]] == [
