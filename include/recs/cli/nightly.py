@@ -292,6 +292,15 @@ def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     emit({"versions": versions, "current_problem": problem}, as_json, render)
 
 
+def _current_text(is_current: bool, current: str | None, problem: str | None) -> str:
+    """``runs show``'s "current" line: yes, or what ``CURRENT`` names instead."""
+    if is_current:
+        return "yes"
+    if problem:
+        return "no (CURRENT is damaged: see the warning above)"
+    return f"no (CURRENT: {current})" if current else "no (nothing is current)"
+
+
 def _current_problem(published_dir, versions: list[dict]) -> str | None:
     """What is wrong with ``CURRENT``: it names no version (damaged from outside:
     ``published.current_version``'s error), one that is not published, or one whose files are
@@ -346,11 +355,7 @@ def runs_show(
         print_mapping(
             f"version {run_id}",
             {
-                "current": "yes" if doc["is_current"] else (
-                    f"no (CURRENT: {current})" if current and not problem
-                    else "no (CURRENT names no published version)" if problem
-                    else "no (nothing is current)"
-                ),
+                "current": _current_text(doc["is_current"], current, problem),
                 "snapshot date": doc.get("snapshot_date"),
                 "users": doc.get("users", 0),
                 "rows": doc.get("rows", 0),

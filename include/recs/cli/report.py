@@ -77,8 +77,9 @@ def report(
         print_mapping(
             f"run {paths.run_id} ({paths.snapshot_date})",
             {
-                "published": ("yes, CURRENT" if run["is_current"] else "yes")
-                if run["published"] else "no",
+                "published": "yes, CURRENT" if run["is_current"] else (
+                    "yes" if run["published"] else "no"
+                ),
                 "stage seconds": ", ".join(
                     f"{s['stage']} {s['seconds']:.1f}" for s in doc["stages"]
                     if s["seconds"] is not None

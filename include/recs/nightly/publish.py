@@ -115,9 +115,8 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     Raises, with ``CURRENT`` and every existing version left as they were:
     ``ValidationFailedError`` if the run has not been validated, its summary is another run's,
     the data failed, a shard file changed since validation, or the run would become current
-    while ``CURRENT`` names another version than when it was validated (a rollback or another
-    publish since: the gate compared it with a version it does not replace);
-    ``ValidationEngineError`` /
+    while ``CURRENT`` names another version than the gate compared it with (a rollback or
+    another publish since; ``_refuse_moved_baseline``); ``ValidationEngineError`` /
     ``NothingToValidateError`` if that was the gate's outcome; ``CarryOverError`` if shards
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that

@@ -159,10 +159,10 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     Returns ``{"run_id", "outcome": "passed", "success", "evaluated", "failed", "skipped",
     "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
-    "results", "summary", "data_docs", "seconds"}`` (the summary also holds
-    ``current_when_validated``: what ``CURRENT`` named as the gate compared, which the publish
-    checks) (``data_docs``: the GX Data Docs'
-    ``index.html`` under ``validation/data_docs/``, None if they could not be built). Raises,
+    "results", "summary", "data_docs", "seconds"}`` (``data_docs``: the GX Data Docs'
+    ``index.html`` under ``validation/data_docs/``, None if they could not be built; the
+    summary also holds ``current_when_validated``, what ``CURRENT`` named as the gate
+    compared, which the publish checks). Raises,
     after saving: ``ValidationFailedError`` (the failed checks), ``ValidationEngineError`` (the
     checks that could not be evaluated, or the exception), ``NothingToValidateError``; each a
     one-line message naming ``results.json`` and the Data Docs. The wall clock is only read to
