@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import CorruptFileError, RunNotFoundError
-from recs.files import read_json
+from recs.files import read_json, sha256_file
 
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
@@ -55,6 +55,18 @@ def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
         f"{path} names no version ({text[:60]!r}): point it at one with `recs rollback --to "
         "RUN_ID` (`recs runs` lists them)"
     )
+
+
+def manifest_digest(published_dir: Path, run_id: str | None) -> str | None:
+    """The sha256 of version ``run_id``'s manifest (which names every file's sha256, so it
+    changes when the version is published again with other files); None for no version or no
+    manifest."""
+    if run_id is None:
+        return None
+    try:
+        return sha256_file(version_dir(published_dir, run_id) / MANIFEST_FILE)
+    except OSError:
+        return None
 
 
 def version_dir(published_dir: Path, run_id: str) -> Path:

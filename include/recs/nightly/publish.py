@@ -68,6 +68,7 @@ from recs.published import (
     check_version,
     current_or_raise,
     current_version,
+    manifest_digest,
     version_manifest,
 )
 
@@ -297,44 +298,55 @@ def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 def _refuse_moved_baseline(
     published_dir: Path, run_id: str, summary: dict[str, Any], previous: str | None
 ) -> None:
-    """Raise ``ValidationFailedError`` if ``CURRENT`` names another version (``previous``) than
-    the gate compared the run with: the version ``CURRENT`` named when it was validated (the
-    summary's ``current_when_validated``) and the one it compared with (``compared_with``; the
-    only one in a summary saved before the other was recorded) must both be ``previous``. A
-    rollback or another publish in between would otherwise let the change checks judge the run
-    against a version this publish does not replace. Only a republish identical to the copy
-    ``CURRENT`` names (every shard the gate saw computed has that sha256 there: a retry, or
-    ``recs publish`` run again) goes whatever they were."""
+    """Raise ``ValidationFailedError`` if ``CURRENT`` (``previous``) is not the version the gate
+    compared the run with, as it was then: the version ``CURRENT`` named when it was validated
+    (the summary's ``current_when_validated``) and the one it compared with (``compared_with``;
+    the only one in a summary saved before the other was recorded) must both be ``previous``,
+    and ``previous``'s manifest must still have the digest it had then
+    (``current_manifest_sha256``: it was not published again with other files). A rollback or
+    another publish in between would otherwise let the change checks judge the run against a
+    version this publish does not replace. Only a republish identical to the copy ``CURRENT``
+    names (every shard the gate saw computed has that sha256 there: a retry, or ``recs
+    publish`` run again) goes whatever they were."""
+    if _identical_republish(published_dir, run_id, summary, previous):
+        return
     baselines = {summary.get("compared_with")} - {None}
     if "current_when_validated" in summary or not baselines:
         baselines.add(summary.get("current_when_validated"))
-    if baselines == {previous} or _identical_republish(published_dir, run_id, summary, previous):
-        return
-    then = ", ".join(sorted(name or "nothing" for name in baselines))
-    raise ValidationFailedError(
-        f"refusing to publish run {run_id}: it was validated against {then}, and CURRENT now "
-        f"names {previous or 'nothing'}, so the gate's change checks compared it with another "
-        "version than the one it would replace; run validate_run again (`recs validate`), then "
-        "publish"
-    )
+    if baselines != {previous}:
+        then = ", ".join(sorted(name or "nothing" for name in baselines))
+        raise ValidationFailedError(
+            f"refusing to publish run {run_id}: it was validated against {then}, and CURRENT "
+            f"now names {previous or 'nothing'}, so the gate's change checks compared it with "
+            "another version than the one it would replace; run validate_run again (`recs "
+            "validate`), then publish"
+        )
+    digest = summary.get("current_manifest_sha256")
+    if "current_manifest_sha256" in summary and manifest_digest(published_dir, previous) != digest:
+        raise ValidationFailedError(
+            f"refusing to publish run {run_id}: {previous}, the version CURRENT names, was "
+            "published again with other files since the gate compared the run with it; run "
+            "validate_run again (`recs validate`), then publish"
+        )
 
 
 def _identical_republish(
     published_dir: Path, run_id: str, summary: dict[str, Any], previous: str | None
 ) -> bool:
     """Whether ``previous`` is ``run_id``'s own published copy holding, for every shard the
-    gate saw computed, the file it validated (the same sha256)."""
-    if previous != run_id:
+    gate saw computed (at least one), the file it validated (the same sha256)."""
+    computed = [s for s in summary.get("shards") or [] if s.get("status", COMPUTED) == COMPUTED]
+    if previous != run_id or not computed:
         return False
     try:
         published = {s["shard_id"]: s for s in version_manifest(published_dir, run_id)["shards"]}
     except (RecsError, KeyError, TypeError):
         return False
     return all(
-        published.get(s["shard_id"], {}).get("status", COMPUTED) == COMPUTED
-        and published.get(s["shard_id"], {}).get("sha256") == s.get("sha256")
-        for s in summary.get("shards", [])
-        if s.get("status", COMPUTED) == COMPUTED
+        s.get("sha256") is not None
+        and published.get(s["shard_id"], {}).get("status", COMPUTED) == COMPUTED
+        and published.get(s["shard_id"], {}).get("sha256") == s["sha256"]
+        for s in computed
     )
 
 

@@ -47,7 +47,7 @@ from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
-from recs.published import current_version
+from recs.published import current_version, manifest_digest
 from recs.sharding import partition_files
 
 RESULTS_FILE = "results.json"
@@ -161,8 +161,9 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     "computed_shards", "failed_shards", "compared_with", "rows", "users", "eligible_users",
     "results", "summary", "data_docs", "seconds"}`` (``data_docs``: the GX Data Docs'
     ``index.html`` under ``validation/data_docs/``, None if they could not be built; the
-    summary also holds ``current_when_validated``, what ``CURRENT`` named as the gate
-    compared, which the publish checks). Raises,
+    summary also holds ``current_when_validated`` and ``current_manifest_sha256``, what
+    ``CURRENT`` named as the gate compared and that version's manifest digest, which the
+    publish checks). Raises,
     after saving: ``ValidationFailedError`` (the failed checks), ``ValidationEngineError`` (the
     checks that could not be evaluated, or the exception), ``NothingToValidateError``; each a
     one-line message naming ``results.json`` and the Data Docs. The wall clock is only read to
@@ -196,6 +197,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         # what CURRENT named as the gate compared: the publish refuses to make the run current
         # if it names another version by then (publish._refuse_moved_baseline)
         report.current = current_version(settings.published_dir, strict=False)
+        report.current_manifest = manifest_digest(settings.published_dir, report.current)
         report.replaced, report.not_compared = replaced_version(
             settings.published_dir, settings.shard_count, shards.computed
         )
@@ -305,6 +307,7 @@ class _Report:
     replaced: ReplacedVersion | None = None
     not_compared: str | None = None
     current: str | None = None
+    current_manifest: str | None = None
     results: dict[str, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -340,6 +343,7 @@ class _Report:
             "failed_shards": shards.failed,
             "compared_with": self.replaced.run_id if self.replaced else None,
             "current_when_validated": self.current,
+            "current_manifest_sha256": self.current_manifest,
             "rows": shards.total("rows"),
             "users": shards.total("users"),
             "eligible_users": sum(eligible.values()) if eligible is not None else None,

@@ -16,6 +16,7 @@ from test_validation import write_good_run
 from recs.errors import InvalidRunIdError, RunNotFoundError
 from recs.nightly import history
 from recs.nightly.publish import publish_run, rollback
+from recs.nightly.runs import RunPaths
 from recs.nightly.validation import validate_run
 from recs.published import check_version, current_version, version_manifest
 
@@ -265,3 +266,41 @@ def test_the_publish_checks_both_baselines_a_summary_names(three, summary_change
     with pytest.raises(ValidationFailedError, match=f"validated against {expected}, and CURRENT "
                        "now names night_3"):  # fmt: skip
         publish_run(paths, settings)
+
+
+def test_a_publish_after_current_was_republished_with_other_files_is_refused(three):
+    """(From a review.) night_4 is validated against night_3; then night_3 itself is rerun
+    smaller, validated against its copy and published again, under the same name. night_4's
+    change checks judged it against the old night_3: refused, then validated again, it goes."""
+    from test_validation import GOOD_ROWS
+
+    from recs.errors import ValidationFailedError
+
+    night_4, settings_4 = write_good_run(three.home, run_id="night_4",
+                                         snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    assert validate_run(night_4, settings_4)["compared_with"] == "night_3"
+    night_3 = RunPaths.create(three.home, dt.date(2026, 11, 3), "night_3")
+    for path in night_3.shards_dir.rglob("*"):
+        if path.is_file():
+            path.unlink()
+    night_3, settings_3 = write_good_run(
+        three.home, run_id="night_3", snapshot_date=dt.date(2026, 11, 3),
+        rows={k: v for k, v in GOOD_ROWS.items() if k != 1},
+    )  # fmt: skip
+    validate_run(night_3, settings_3)
+    assert publish_run(night_3, settings_3)["replaced"] == "replaced"
+    with pytest.raises(ValidationFailedError, match="night_3, the version CURRENT names, was "
+                       "published again with other files"):  # fmt: skip
+        publish_run(night_4, settings_4)
+    assert current_version(three.published_dir) == "night_3"
+    validate_run(night_4, settings_4)
+    assert publish_run(night_4, settings_4)["previous"] == "night_3"
+
+
+@pytest.mark.parametrize("summary", [{}, {"shards": []}, {"shards": [
+    {"shard_id": 0, "status": "computed", "sha256": None}]}])  # fmt: skip
+def test_a_republish_is_identical_only_over_a_computed_shard_with_its_digest(three, summary):
+    """(From a review: ``all()`` over no shard was True.)"""
+    from recs.nightly.publish import _identical_republish
+
+    assert not _identical_republish(three.published_dir, "night_3", summary, "night_3")
