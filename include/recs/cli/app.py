@@ -133,7 +133,8 @@ def shown_value(key: str, value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k} {shown_value(str(k), v)}" for k, v in value.items()) or "none"
     if isinstance(value, list | tuple):  # ids, e.g. shard ids: 1000, never 1,000
-        return ", ".join(str(v) if isinstance(v, int) else shown_value(key, v) for v in value) or (
-            "none"
-        )
+        return ", ".join(
+            str(v) if isinstance(v, int) and not isinstance(v, bool) else shown_value(key, v)
+            for v in value
+        ) or "none"
     return str(value)

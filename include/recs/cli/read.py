@@ -97,9 +97,10 @@ def serve(
     host = host or settings.api_host
     port = port or settings.api_port
     workers = workers or settings.api_workers
-    check_port(host, port)  # a port in use: one line, exit 2, before the start-up line
+    check_port(host, port, workers)  # a port in use: one line, exit 2, before the start-up
     err.print(
-        f"recs read API on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}), "
+        f"recs read API on http://{f'[{host}]' if ':' in host else host}:{port} "
+        f"({workers} worker{'s' if workers > 1 else ''}), "
         f"serving {settings.published_dir}/CURRENT",
         highlight=False,
     )

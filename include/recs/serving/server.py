@@ -147,7 +147,7 @@ def uvicorn_options(settings: Settings) -> dict:
     }
 
 
-def check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int, workers: int = 1) -> None:
     """Raise ``ConfigurationError`` (one line, exit 2) if ``host:port`` cannot be bound now, as
     uvicorn binds it (``SO_REUSEADDR``): another process holds the port, or the host is not
     this machine's. Before it, uvicorn's own start-up failure was a raw log line and exit 3,
@@ -162,7 +162,9 @@ def check_port(host: str, port: int) -> None:
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:  # as uvicorn's socket: IPv6 only, beside an IPv4 holder
+        if family == socket.AF_INET6 and workers == 1:
+            # as uvicorn binds it: one process through asyncio, IPv6 only (beside an IPv4
+            # holder); several through its own socket, dual-stack, as the probe is by default
             probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
             probe.bind(address)

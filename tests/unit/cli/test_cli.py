@@ -364,3 +364,21 @@ def test_check_port_takes_every_interface_and_spells_ipv6(host, free):
             check_port(host, port)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     assert str(raised.value).startswith(f"cannot serve on {where}: ")
+
+
+def test_check_port_probes_ipv6_as_uvicorn_binds_it():
+    """(From a review.) Beside an IPv4 holder of the port, ``::`` is free for one worker
+    (uvicorn binds IPv6 only through asyncio) and taken for several (its own dual-stack
+    socket)."""
+    import socket
+
+    from recs.errors import ConfigurationError
+    from recs.serving.server import check_port
+
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        check_port("::", port, workers=1)
+        with pytest.raises(ConfigurationError, match=rf"cannot serve on \[::\]:{port}: "):
+            check_port("::", port, workers=2)

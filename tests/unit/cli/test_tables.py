@@ -55,6 +55,7 @@ def test_a_long_run_id_stays_whole_beside_a_column_that_wraps(narrow):
         ("discarded_snapshots", [], "none"),
         ("dates", ["2026-11-01", "2026-11-02"], "2026-11-01, 2026-11-02"),
         ("computed_shards", [998, 1000, 1001], "998, 1000, 1001"),
+        ("flags", [True, False], "yes, no"),
         ("by status", {"active": 79_796, "pending": 12}, "active 79,796, pending 12"),
         ("path", "/tmp/[b]x", "/tmp/[b]x"),
     ],
