@@ -297,7 +297,7 @@ def _current_text(is_current: bool, current: str | None, problem: str | None) ->
     if is_current:
         return "yes"
     if problem:
-        return "no (CURRENT names no usable version: see the warning above)"
+        return "no (CURRENT unusable: see the warning above)"
     return f"no (CURRENT: {current})" if current else "no (nothing is current)"
 
 

@@ -137,7 +137,7 @@ def test_recs_runs_warns_of_a_current_naming_no_published_version(recs, tmp_path
         (warning,) = [line for line in err if line.startswith("recs: warning: ")]
         assert says in warning
         code, out, err = recs("runs", "show", "night_1")
-        assert code == 0 and "no (CURRENT names no usable version: see the warning above)" in out
+        assert code == 0 and "no (CURRENT unusable: see the warning above)" in out
         assert any(line.startswith("recs: warning: ") and says in line for line in err)
     current.write_text("night_1\n")
     (settings.published_dir / "night_1" / "shard_id=002" / "recommendations.parquet").unlink()
