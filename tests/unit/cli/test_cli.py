@@ -290,6 +290,27 @@ def test_ctrl_c_during_dbt_stops_the_run_with_one_line(tmp_path):
     assert "Traceback" not in rest and "build_graph" not in rest
 
 
+def test_ctrl_c_inside_exec_of_a_source_string_still_exits_130(tmp_path):
+    """CPython 3.11 marks a KeyboardInterrupt leaving ``exec`` of a source string (as dbt's
+    dataclasses and mashumaro make their code) unhandled even when caught, and a process run
+    with ``-m`` then ends by SIGINT: the flaky exit -2 of the test above, made deterministic."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "interrupted_recs.py").write_text(
+        "import recs.cli as cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    exec('raise KeyboardInterrupt')\n"
+        "cli.app = interrupted\n"
+        "cli.entry()\n"
+    )
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    done = subprocess.run([sys.executable, "-m", "interrupted_recs"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    assert (done.returncode, done.stderr) == (130, "recs: aborted\n")
+
+
 def test_recs_run_ends_with_how_it_ended():
     """(From a newcomer: a finished ``recs run`` printed its stage times only.) One line: what
     was published, what CURRENT names, what the gate compared with; a backfill says where."""
