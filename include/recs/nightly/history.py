@@ -70,14 +70,26 @@ def record(
 
 
 def predecessor(published_dir: Path, run_id: str) -> str | None:
-    """The version before ``run_id`` (module docstring), or None if there is none."""
-    recorded = [e for e in events(published_dir) if e.get("action") == "publish"]
-    for event in reversed(recorded):
-        if event["run_id"] != run_id or not event.get("current"):
-            continue
-        if event.get("previous") == run_id:
-            continue  # a republish of the same run: look further back
-        return event.get("previous")
+    """The version before ``run_id`` (module docstring), or None if there is none.
+
+    Replays the history: ``CURRENT`` after each event is its ``run_id`` when ``current``, else
+    unchanged. A publish of ``run_id`` that names itself as ``previous`` is a republish, or the
+    retry of a publish whose own event was lost (it wrote ``CURRENT``, then its append failed):
+    then the version the replay had as ``CURRENT`` before it is the one replaced, if any and
+    not ``run_id`` itself."""
+    replayed: str | None = None
+    found: str | None = None
+    matched = False
+    for event in events(published_dir):
+        if event.get("action") == "publish" and event["run_id"] == run_id and event.get("current"):
+            if event.get("previous") != run_id:
+                found, matched = event.get("previous"), True
+            elif replayed not in (None, run_id):  # the retry of a publish whose event was lost
+                found, matched = replayed, True
+        if event.get("current"):
+            replayed = event["run_id"]
+    if matched:
+        return found
     names = [v["run_id"] for v in list_versions(published_dir)]
     if run_id not in names:
         return None

@@ -64,6 +64,33 @@ def test_a_version_rolled_back_from_is_not_the_next_rollback_target(three):
     assert rollback(three)["run_id"] == "night_2"
 
 
+def test_a_publish_retried_after_its_history_append_failed_rolls_back_to_what_it_replaced(
+    three, monkeypatch
+):
+    """(From a review.) night_3 was rolled back from; night_4's publish wrote CURRENT, then its
+    history append failed (disk full). The retry records night_4 replacing itself, and the
+    rollback target fell back to snapshot order: night_3, the version rolled back from. The
+    history's own order says night_2 was CURRENT before night_4."""
+    rollback(three)
+    paths, settings = write_good_run(three.home, run_id="night_4",
+                                     snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    validate_run(paths, settings)
+    record = history.record
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(history, "record", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        publish_run(paths, settings)
+    assert current_version(three.published_dir) == "night_4"  # written before the append
+    monkeypatch.setattr(history, "record", record)
+    assert publish_run(paths, settings)["previous"] == "night_4"  # the retry
+    assert history.events(three.published_dir)[-1]["previous"] == "night_4"
+    assert history.predecessor(three.published_dir, "night_4") == "night_2"
+    assert rollback(three)["run_id"] == "night_2"
+
+
 def test_rollback_to_a_named_version(three):
     assert rollback(three, to="night_1")["previous"] == "night_3"
     assert current_version(three.published_dir) == "night_1"
