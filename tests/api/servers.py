@@ -8,6 +8,10 @@ a ``Server`` (its base URL and process). ``settings`` become ``RECS_*`` environm
 ``anyio_idle_seconds`` shortens anyio's worker-thread idle timeout (10 s) in the server's
 processes, through ``soak_site/sitecustomize.py`` on ``PYTHONPATH``: bursts of requests with
 idle gaps longer than it then fit in a short test. Nothing else about the server changes.
+
+``access_log=True`` serves with ``--access-log`` (uvicorn's info level: every request, and the
+supervisor's lines about its workers) and waits until every worker has finished its start-up;
+``Server.events()`` is that log without the request lines, for a failure's message.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class Server:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def events(self) -> str:
+        """The log without its access lines (``access_log=True``): start-ups, deaths, errors."""
+        return "\n".join(line for line in self.text().splitlines() if 'HTTP/1.1" ' not in line)
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -48,7 +56,12 @@ def free_port() -> int:
 
 @contextmanager
 def served(
-    world, *, workers: int = 2, anyio_idle_seconds: float | None = None, **settings
+    world,
+    *,
+    workers: int = 2,
+    anyio_idle_seconds: float | None = None,
+    access_log: bool = False,
+    **settings,
 ) -> Iterator[Server]:
     port = free_port()
     env = {
@@ -73,7 +86,8 @@ def served(
         env["RECS_TEST_ANYIO_IDLE_SECONDS"] = str(anyio_idle_seconds)
     log = world.home / f"server-{port}.log"
     process = subprocess.Popen(
-        [str(BIN / "recs"), "serve", "--port", str(port), "--workers", str(workers)],
+        [str(BIN / "recs"), "serve", "--port", str(port), "--workers", str(workers)]
+        + (["--access-log"] if access_log else []),
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -81,19 +95,22 @@ def served(
     )
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:
-        _wait_ready(server)
+        _wait_ready(server, workers if access_log else 0)
         yield server
     finally:
         stop(server)
 
 
-def _wait_ready(server: Server) -> None:
+def _wait_ready(server: Server, started: int = 0) -> None:
+    """Until ``/readyz`` answers 200 and, with ``started``, that many workers logged the end of
+    their start-up (uvicorn's "Application startup complete", info level)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise AssertionError(f"recs serve exited:\n{server.text()[-3000:]}")
         try:
-            if httpx.get(f"{server.base}/readyz", timeout=2).status_code == 200:
+            ready = httpx.get(f"{server.base}/readyz", timeout=2).status_code == 200
+            if ready and server.text().count("Application startup complete") >= started:
                 return
         except httpx.HTTPError:
             pass

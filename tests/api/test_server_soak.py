@@ -74,7 +74,11 @@ def test_bursts_with_idle_gaps_are_all_answered(tmp_path, store_url):
     world = make_world(tmp_path / "home", None if store_url.startswith("sqlite") else store_url)
     world.engine.dispose()  # the test's own connections: not the API's
     with served(
-        world, workers=2, anyio_idle_seconds=0.1, api_store_connections=CONNECTIONS
+        world,
+        workers=2,
+        anyio_idle_seconds=0.1,
+        access_log=True,  # the supervisor's lines, for a failure; both workers up before
+        api_store_connections=CONNECTIONS,
     ) as server:
         failures, slowest = asyncio.run(_soak(server.base))
         held = None
@@ -88,7 +92,7 @@ def test_bursts_with_idle_gaps_are_all_answered(tmp_path, store_url):
                     )
                 ).scalar_one()
             engine.dispose()
-    assert failures == [], failures[:5]
+    assert failures == [], (failures[:5], server.events()[-3000:])
     assert slowest < 5.0
     if held is not None:
         assert 1 <= held <= 2 * CONNECTIONS, held
