@@ -30,12 +30,14 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from recs.config import Settings, get_settings
+from recs.errors import RecsError
 from recs.files import read_json, write_json
 from recs.nightly import shard_plan
 from recs.nightly.artifacts import synced, withdraw_shards
@@ -192,6 +194,8 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
         settings = run_settings(paths)
         check_shard(shard_id, settings.shard_count)
         paths.shard_manifest(shard_id).unlink(missing_ok=True)
+        # recorded totals no longer hold: the shards' own seconds stand, validate_run redoes it
+        _amend_times(paths, {"traverse_shard": None, "validate_shards": None})
         return _traverse(paths, settings, shard_id, graph_dir=sync.graph_dir)
 
 
@@ -273,7 +277,7 @@ def validate_run(paths: RunPaths) -> dict[str, Any]:
     ``NothingToValidateError``."""
     from recs.nightly.validation import validate_run as _validate
 
-    with run_lock(paths), synced(paths, "validate_run"):
+    with run_lock(paths), synced(paths, "validate_run"), _timed(paths, "validate_run"):
         return _validate(paths, run_settings(paths))
 
 
@@ -281,8 +285,40 @@ def publish_run(paths: RunPaths) -> dict[str, Any]:
     """Write ``published/<run_id>/`` (failed shards carried over) and point ``CURRENT`` at it."""
     from recs.nightly.publish import publish_run as _publish
 
-    with run_lock(paths), synced(paths, "publish_run"):
+    with run_lock(paths), synced(paths, "publish_run"), _timed(paths, "publish_run"):
         return _publish(paths, run_settings(paths))
+
+
+@contextmanager
+def _timed(paths: RunPaths, stage: str) -> Iterator[None]:
+    """Record this attempt of ``stage`` in the run's recorded times (``_amend_times``): its
+    wall seconds, or none if it raised (an earlier attempt's figure would be taken for it)."""
+    started = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        _amend_times(paths, {stage: None})
+        raise
+    _amend_times(paths, {stage: round(time.perf_counter() - started, 3)})
+
+
+def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
+    """Update ``paths.stage_times`` after a stage run on its own (``recs shard run``,
+    ``recs validate``, ``recs publish``), so ``recs report`` never shows an earlier attempt's
+    seconds for it: a figure set, or forgotten with None. Only where ``recs run`` recorded times
+    (``_record_times``): a DAG run's come from Airflow; a damaged record is left to the report.
+    """
+    try:
+        recorded = read_json(paths.stage_times).get("stages")
+    except RecsError:
+        return
+    if not isinstance(recorded, dict):
+        return
+    forgotten = {name for name, value in seconds.items() if value is None}
+    amended = {name: value for name, value in recorded.items() if name not in forgotten}
+    amended.update({name: value for name, value in seconds.items() if value is not None})
+    if amended != recorded:
+        write_json(paths.stage_times, {"stages": amended})
 
 
 def run_all(

@@ -241,8 +241,9 @@ def stage_timings(
     ``traverse_shard`` spans its first start to its last end, ``state`` the worst of its
     tasks; ``offset`` is seconds after the run's first start. From the run's files
     (``source: "files"``, no start or end): the wall seconds ``recs run`` recorded per stage
-    (``RunPaths.stage_times``), else dbt's elapsed time for ``build_models`` and the sum of the
-    shard seconds for ``traverse_shard``; a stage with neither has None."""
+    (``RunPaths.stage_times``, amended by a stage run alone), else dbt's elapsed time for
+    ``build_models`` and the sum of the shard seconds for ``traverse_shard``; a stage with
+    neither has None."""
     if task_instances:
         return _airflow_stages(task_instances)
     dbt = _read(paths.run_dir / DBT_RESULTS) or {}
