@@ -122,7 +122,8 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
-    served one: ``served.unseen_current``).
+    served one: ``served.unseen_current``), unless it records this run: a publish cut off
+    after the store's record and before ``CURRENT``, retried.
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
@@ -131,7 +132,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
-        refuse_unseen(published_dir, previous, "publish_run")
+        refuse_unseen(published_dir, previous, "publish_run", switching_to=run_id)
         newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
         if newer is None:  # it becomes current: the gate must have compared with what it replaces
             _refuse_moved_baseline(published_dir, run_id, summary, previous)
@@ -187,7 +188,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
-        refuse_unseen(published_dir, previous, "set_current")
+        refuse_unseen(published_dir, previous, "set_current", switching_to=run_id)
         _write_current(published_dir, run_id)
         history.record(published_dir, "set_current", run_id, previous, current=True)
     return {"run_id": run_id, "previous": previous}
@@ -227,7 +228,7 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         except RunNotFoundError as error:
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
-            refuse_unseen(published_dir, current, "recs rollback")
+            refuse_unseen(published_dir, current, "recs rollback", switching_to=target)
             _write_current(published_dir, target)
             history.record(published_dir, "rollback", target, current, current=True)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
