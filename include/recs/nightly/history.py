@@ -8,6 +8,12 @@ publisher lock by ``publish_run``, ``set_current`` and ``rollback`` (``recs.nigh
 is the UTC time, for people reading it: nothing computes with it. A version is never a part of
 it, so a version's bytes stay independent of when it was published.
 
+An event is appended *before* ``CURRENT`` is switched. A switch that then fails (a full disk,
+a killed process) leaves an event for a change that did not happen, and its retry appends
+another; the other order lost, when the append failed, what the switch had replaced: the retry
+recorded the version replacing itself, and the next rollback went to the wrong version (a
+review's finding). An append cut off mid-line is ended before the next one is written.
+
 ``predecessor(run_id)`` is the version that was current when ``run_id`` was last published and
 made current: the version before it in publish order, except that a version that was rolled
 back from is not chosen again by the next publish's rollback. It is the default target of
@@ -52,6 +58,7 @@ def record(
     """Append one event (call under the publisher lock) and fsync it; return it."""
     path = Path(published_dir) / HISTORY_FILE
     existed = path.exists()
+    torn = existed and _ends_mid_line(path)
     event = {
         "seq": len(events(published_dir)) + 1,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -61,7 +68,7 @@ def record(
         "current": current,
     }
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(event, sort_keys=True) + "\n")
+        handle.write(("\n" if torn else "") + json.dumps(event, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     if not existed:
@@ -69,27 +76,24 @@ def record(
     return event
 
 
-def predecessor(published_dir: Path, run_id: str) -> str | None:
-    """The version before ``run_id`` (module docstring), or None if there is none.
+def _ends_mid_line(path: Path) -> bool:
+    """Whether the file's last byte is not a newline (an append cut off mid-line)."""
+    with path.open("rb") as handle:
+        if handle.seek(0, os.SEEK_END) == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
 
-    Replays the history: ``CURRENT`` after each event is its ``run_id`` when ``current``, else
-    unchanged. A publish of ``run_id`` that names itself as ``previous`` is a republish, or the
-    retry of a publish whose own event was lost (it wrote ``CURRENT``, then its append failed):
-    then the version the replay had as ``CURRENT`` before it is the one replaced, if any and
-    not ``run_id`` itself."""
-    replayed: str | None = None
-    found: str | None = None
-    matched = False
-    for event in events(published_dir):
-        if event.get("action") == "publish" and event["run_id"] == run_id and event.get("current"):
-            if event.get("previous") != run_id:
-                found, matched = event.get("previous"), True
-            elif replayed not in (None, run_id):  # the retry of a publish whose event was lost
-                found, matched = replayed, True
-        if event.get("current"):
-            replayed = event["run_id"]
-    if matched:
-        return found
+
+def predecessor(published_dir: Path, run_id: str) -> str | None:
+    """The version before ``run_id`` (module docstring), or None if there is none."""
+    recorded = [e for e in events(published_dir) if e.get("action") == "publish"]
+    for event in reversed(recorded):
+        if event["run_id"] != run_id or not event.get("current"):
+            continue
+        if event.get("previous") == run_id:
+            continue  # a republish of the same run: look further back
+        return event.get("previous")
     names = [v["run_id"] for v in list_versions(published_dir)]
     if run_id not in names:
         return None

@@ -20,9 +20,9 @@
 Previous versions stay; ``rollback`` and ``set_current`` point ``CURRENT`` back at one of them
 after checking it is complete and validated. Publishers, rollbacks and ``recs gc`` are
 serialised by an ``flock`` on ``published/.lock`` (``publisher_lock``); each change of
-``CURRENT`` is appended to ``recs.nightly.history``. The manifest's bytes depend only on the run
-(and the carried rows), so a rerun is byte-identical. Why hard links oblige shard writers to
-replace files, never rewrite them: ``recs/nightly/README.md``.
+``CURRENT`` is appended to ``recs.nightly.history``, before the switch. The manifest's bytes
+depend only on the run (and the carried rows), so a rerun is byte-identical. Why hard links
+oblige shard writers to replace files, never rewrite them: ``recs/nightly/README.md``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if newer is None:
-            _write_current(published_dir, run_id)
+            history.record(published_dir, "publish", run_id, previous, current=True)  # first
+            _write_current(published_dir, run_id)  # (why: recs.nightly.history)
         else:
             log.warning(
                 "published %s but left CURRENT on %s: its snapshot %s is newer than %s "
@@ -154,7 +155,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 paths.snapshot_date.isoformat(),
                 run_id,
             )
-        history.record(published_dir, "publish", run_id, previous, current=newer is None)
+            history.record(published_dir, "publish", run_id, previous, current=False)
 
     return {
         "run_id": run_id,
@@ -189,8 +190,8 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
         refuse_unseen(published_dir, previous, "set_current", switching_to=run_id)
-        _write_current(published_dir, run_id)
         history.record(published_dir, "set_current", run_id, previous, current=True)
+        _write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
 
 
@@ -229,8 +230,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
             refuse_unseen(published_dir, current, "recs rollback", switching_to=target)
-            _write_current(published_dir, target)
             history.record(published_dir, "rollback", target, current, current=True)
+            _write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
             _record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
     return {"run_id": target, "previous": current, "changed": target != current}

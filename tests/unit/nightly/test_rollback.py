@@ -64,31 +64,44 @@ def test_a_version_rolled_back_from_is_not_the_next_rollback_target(three):
     assert rollback(three)["run_id"] == "night_2"
 
 
-def test_a_publish_retried_after_its_history_append_failed_rolls_back_to_what_it_replaced(
-    three, monkeypatch
-):
-    """(From a review.) night_3 was rolled back from; night_4's publish wrote CURRENT, then its
-    history append failed (disk full). The retry records night_4 replacing itself, and the
-    rollback target fell back to snapshot order: night_3, the version rolled back from. The
-    history's own order says night_2 was CURRENT before night_4."""
+def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(three, monkeypatch):
+    """(From reviews.) night_3 was rolled back from. night_4's publish fails as it switches
+    CURRENT (a full disk): when the history was appended after the switch, such a failure lost
+    what night_4 replaced, the retry recorded night_4 replacing itself, and the rollback went
+    to night_3. Appended before the switch, the retry and the rollback are right. A retried
+    rollback goes one version back, not two; an append torn mid-line loses no later event."""
+    from recs.nightly import publish as publishing
+
     rollback(three)
     paths, settings = write_good_run(three.home, run_id="night_4",
                                      snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
     validate_run(paths, settings)
-    record = history.record
+    atomic_write = publishing.atomic_write
 
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+    def full_disk(path, **kwargs):
+        if path.name == "CURRENT":
+            raise OSError(28, "No space left on device")
+        return atomic_write(path, **kwargs)
 
-    monkeypatch.setattr(history, "record", disk_full)
-    with pytest.raises(OSError, match="No space left"):
-        publish_run(paths, settings)
-    assert current_version(three.published_dir) == "night_4"  # written before the append
-    monkeypatch.setattr(history, "record", record)
-    assert publish_run(paths, settings)["previous"] == "night_4"  # the retry
-    assert history.events(three.published_dir)[-1]["previous"] == "night_4"
-    assert history.predecessor(three.published_dir, "night_4") == "night_2"
-    assert rollback(three)["run_id"] == "night_2"
+    published = three.published_dir
+    with monkeypatch.context() as patch:
+        patch.setattr(publishing, "atomic_write", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            publish_run(paths, settings)
+    assert current_version(published) == "night_2"
+    assert publish_run(paths, settings)["previous"] == "night_2"  # the retry
+    assert history.predecessor(published, "night_4") == "night_2"
+    with monkeypatch.context() as patch:
+        patch.setattr(publishing, "atomic_write", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            rollback(three)
+    assert current_version(published) == "night_4"
+    assert rollback(three)["run_id"] == "night_2"  # retried: not on to night_1
+    with (published / history.HISTORY_FILE).open("a") as handle:
+        handle.write('{"seq": 99, "action": "publ')  # an append cut off mid-line
+    publish_run(paths, settings)
+    assert history.events(published)[-1]["run_id"] == "night_4"
+    assert history.predecessor(published, "night_4") == "night_2"
 
 
 def test_rollback_to_a_named_version(three):
