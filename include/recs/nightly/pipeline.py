@@ -194,8 +194,6 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
         settings = run_settings(paths)
         check_shard(shard_id, settings.shard_count)
         paths.shard_manifest(shard_id).unlink(missing_ok=True)
-        # recorded totals no longer hold: the shards' own seconds stand, validate_run redoes it
-        _amend_times(paths, {"traverse_shard": None, "validate_shards": None})
         return _traverse(paths, settings, shard_id, graph_dir=sync.graph_dir)
 
 
@@ -303,10 +301,12 @@ def _timed(paths: RunPaths, stage: str) -> Iterator[None]:
 
 
 def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
-    """Update ``paths.stage_times`` after a stage run on its own (``recs shard run``,
-    ``recs validate``, ``recs publish``), so ``recs report`` never shows an earlier attempt's
-    seconds for it: a figure set, or forgotten with None. Only where ``recs run`` recorded times
-    (``_record_times``): a DAG run's come from Airflow; a damaged record is left to the report.
+    """Update ``paths.stage_times`` after a stage run on its own (``recs validate``,
+    ``recs publish``), so ``recs report`` shows each stage's latest attempt, never an earlier
+    one's: a figure set, or forgotten with None. A ``recs shard run`` is one shard, not an
+    attempt of the stage: the stage's figure stands. Only where ``recs run`` recorded times
+    (``_record_times``): a DAG run's come from Airflow; a damaged record is left to the report,
+    and one that cannot be written (a full disk) only logs: the stage's own outcome stands.
     """
     try:
         recorded = read_json(paths.stage_times).get("stages")
@@ -318,7 +318,10 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     amended = {name: value for name, value in recorded.items() if name not in forgotten}
     amended.update({name: value for name, value in seconds.items() if value is not None})
     if amended != recorded:
-        write_json(paths.stage_times, {"stages": amended})
+        try:
+            write_json(paths.stage_times, {"stages": amended})
+        except OSError as error:
+            log.warning("could not record the stage times in %s: %s", paths.stage_times, error)
 
 
 def run_all(

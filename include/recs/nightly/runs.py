@@ -21,7 +21,7 @@ Layout of one run (``RunPaths``)::
         validation/                     validate_run: GX results, Data Docs
             shards/shard_id=NNN/results.json    validate_shards: one shard's gate
         stage_times.json                recs run (run_all): each stage's wall seconds so far;
-                                        a shard, gate or publish run alone amends it
+                                        a gate or publish run alone amends it
 
 Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
 letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
