@@ -65,27 +65,17 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``recs`` command (and ``python -m recs.cli``): ``main``, then exit with its code.
 
-    After Ctrl-C the process must exit 130, not die of SIGINT. CPython 3.11 marks a
-    KeyboardInterrupt "unhandled" (``_Py_UnhandledKeyboardInterrupt``) whenever it passes out
-    of ``exec`` of a source string, even when a caller catches it, and then ends the process by
-    SIGINT after finalizing. dbt's dataclasses and mashumaro generate code that way, so Ctrl-C
-    during dbt died with exit -2 after ``recs: aborted`` in 2 of 12 runs (6 at once, SIGINT
-    0.1-0.9 s into dbt), each time with the flag set, and 0 of 10 unloaded. So the flag is
-    cleared once ``main`` has handled the interrupt, and SIGINT is ignored while the
-    interpreter shuts down."""
+    After Ctrl-C the process must exit 130, not die of SIGINT. CPython (3.10 to 3.13 at least)
+    marks a KeyboardInterrupt "unhandled" whenever it passes out of ``exec`` of a source
+    string, even when a caller catches it, and a ``python -m`` process then ends by SIGINT after
+    finalizing (the console script, run as a file, exits with its code). dbt's dataclasses and
+    mashumaro generate code that way, so Ctrl-C during dbt under ``python -m recs.cli`` died
+    with exit -2 after ``recs: aborted`` in 2 of 12 runs (6 at once, SIGINT 0.1-0.9 s into
+    dbt), each time with the flag set. Every ``exec`` of a string clears the flag as it starts,
+    so one of nothing clears it once ``main`` has handled the interrupt; SIGINT is ignored
+    while the interpreter shuts down."""
     code = main()
     if code == ABORTED:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _forget_unhandled_interrupt()
+        exec("pass")  # clears CPython's "unhandled KeyboardInterrupt" flag (above)
     sys.exit(code)
-
-
-def _forget_unhandled_interrupt() -> None:
-    """Clear CPython's ``_Py_UnhandledKeyboardInterrupt`` (why: ``entry``); nothing where the
-    interpreter has no such symbol."""
-    import ctypes
-
-    try:
-        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
-    except (AttributeError, ValueError):  # another interpreter, or a CPython without it
-        pass
