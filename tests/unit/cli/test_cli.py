@@ -311,6 +311,45 @@ def test_ctrl_c_inside_exec_of_a_source_string_still_exits_130(tmp_path):
     assert (done.returncode, done.stderr) == (130, "recs: aborted\n")
 
 
+def _raises(error: BaseException):
+    def command(*args, **kwargs):
+        raise error
+
+    return command
+
+
+def _chained(error: Exception, cause: BaseException) -> Exception:
+    try:
+        raise error from cause
+    except Exception as raised:
+        return raised
+
+
+def test_ctrl_c_reported_by_a_library_as_its_own_error_is_an_abort(monkeypatch, capsys):
+    """(From a newcomer: 7 of 20 Ctrl-C's during loads, imports and freezes printed a traceback
+    or blamed the store.) ADBC's SQLite driver raises NOT_IMPLEMENTED from the interrupt, the
+    freeze wraps it in a LiveStoreError, DuckDB says "Query interrupted": each is exit 130 and
+    ``recs: aborted``. A store error or a defect without an interrupt behind it is not."""
+    import recs.cli as cli
+    from recs.errors import LiveStoreError
+
+    not_implemented = _chained(NotImplementedError("NOT_IMPLEMENTED"), KeyboardInterrupt())
+    for error in (
+        not_implemented,
+        _chained(LiveStoreError("reading the live store failed: NOT_IMPLEMENTED"), not_implemented),
+        RuntimeError("Query interrupted"),
+    ):
+        monkeypatch.setattr(cli, "app", _raises(error))
+        assert cli.main([]) == 130
+        assert capsys.readouterr().err == "recs: aborted\n"
+    monkeypatch.setattr(cli, "app", _raises(LiveStoreError("reading the live store failed: x")))
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err == "recs: error: reading the live store failed: x\n"
+    monkeypatch.setattr(cli, "app", _raises(RuntimeError("a defect")))
+    with pytest.raises(RuntimeError, match="a defect"):
+        cli.main([])
+
+
 def test_recs_run_ends_with_how_it_ended():
     """(From a newcomer: a finished ``recs run`` printed its stage times only.) One line: what
     was published, what CURRENT names, what the gate compared with; a backfill says where."""
