@@ -122,8 +122,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
-    served one: ``served.unseen_current``), unless it records this run: a publish cut off
-    after the store's record and before ``CURRENT``, retried.
+    served one: ``served.unseen_current``).
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
@@ -132,7 +131,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
-        refuse_unseen(published_dir, previous, "publish_run", switching_to=run_id)
+        refuse_unseen(published_dir, previous, "publish_run")
         newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
         if newer is None:  # it becomes current: the gate must have compared with what it replaces
             _refuse_moved_baseline(published_dir, run_id, summary, previous)
@@ -189,7 +188,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
-        refuse_unseen(published_dir, previous, "set_current", switching_to=run_id)
+        refuse_unseen(published_dir, previous, "set_current")
         history.record(published_dir, "set_current", run_id, previous, current=True)
         _write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
@@ -229,7 +228,7 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         except RunNotFoundError as error:
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
-            refuse_unseen(published_dir, current, "recs rollback", switching_to=target)
+            refuse_unseen(published_dir, current, "recs rollback")
             history.record(published_dir, "rollback", target, current, current=True)
             _write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,

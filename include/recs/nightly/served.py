@@ -16,40 +16,29 @@ from recs.nightly.artifacts import RunStore
 
 
 def unseen_current(
-    published_dir: Path,
-    here: str | None,
-    store: RunStore | None = None,
-    switching_to: str | None = None,
+    published_dir: Path, here: str | None, store: RunStore | None = None
 ) -> str | None:
     """Why this machine must not act on ``published_dir`` (``here``: the version its
     ``CURRENT`` names, None if none), or None if it may: the run store (``store``, default the
     process's) records that ``CURRENT`` names another version, so this is not the
     ``published/`` the API serves, or a stale copy of it. None without a run store, when it
-    records nothing yet (a deployment that has just set one), when it records ``here``, or
-    when it records ``switching_to``, the version the caller is pointing ``CURRENT`` at: the
-    retry of a switch cut off between the store's record and this machine's ``CURRENT``
-    (``publish._write_current`` records first), which would be refused forever otherwise.
+    records nothing yet (a deployment that has just set one) or when it records ``here``.
     Callers act on it their own way: the gate compares with ``CURRENT`` (``baseline``),
     publishing and rollbacks move it (``publish``), ``recs gc`` keeps the runs behind it
     (``retention``)."""
     store = store if store is not None else artifacts.run_store()
     recorded = store.current() if store is not None else None
-    if recorded is None or recorded in (here, switching_to):
+    if recorded is None or recorded == here:
         return None
     seen = f"names {here}" if here else "has no CURRENT"
     return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
 
 
 def refuse_unseen(
-    published_dir: Path,
-    here: str | None,
-    command: str,
-    error: type[RecsError] = RunStoreError,
-    switching_to: str | None = None,
+    published_dir: Path, here: str | None, command: str, error: type[RecsError] = RunStoreError
 ) -> None:
     """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
-    machine's ``published/`` is not the served one (``unseen_current``, with
-    ``switching_to``)."""
-    unseen = unseen_current(published_dir, here, switching_to=switching_to)
+    machine's ``published/`` is not the served one (``unseen_current``)."""
+    unseen = unseen_current(published_dir, here)
     if unseen is not None:
         raise error(f"run {command} where published/ is: {unseen}")
