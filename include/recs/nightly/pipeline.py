@@ -305,12 +305,13 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     ``recs publish``), so ``recs report`` shows each stage's latest attempt, never an earlier
     one's: a figure set, or forgotten with None. A ``recs shard run`` is one shard, not an
     attempt of the stage: the stage's figure stands. Only where ``recs run`` recorded times
-    (``_record_times``): a DAG run's come from Airflow; a damaged record is left to the report,
-    and one that cannot be written (a full disk) only logs: the stage's own outcome stands.
+    (``_record_times``): a DAG run's come from Airflow; a damaged or unreadable record is left
+    to the report, and one that cannot be written (a full disk) only logs: the stage's own
+    outcome stands.
     """
     try:
         recorded = read_json(paths.stage_times).get("stages")
-    except RecsError:
+    except (RecsError, OSError):  # none, damaged, unreadable (EIO, a folder in its place)
         return
     if not isinstance(recorded, dict):
         return

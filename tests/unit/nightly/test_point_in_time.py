@@ -298,9 +298,17 @@ def test_the_gate_checks_the_plan_counted_the_eligible_users_as_dbt_does(setting
     rerun = read_json(paths.stage_times)["stages"]
     assert rerun["validate_run"] != 999.0
     assert {**rerun, "validate_run": 0} == {**recorded, "validate_run": 0}
-    with pytest.MonkeyPatch.context() as patch:  # a full disk fails the record, not the gate
-        patch.setattr(pipeline, "write_json", _full_disk)
-        assert pipeline.validate_run(paths)["success"] is True
+    read_json_as_before = pipeline.read_json
+
+    def eio_on_times(path):
+        if path == paths.stage_times:
+            raise OSError(5, "Input/output error")
+        return read_json_as_before(path)
+
+    for name, fault in (("write_json", _full_disk), ("read_json", eio_on_times)):
+        with pytest.MonkeyPatch.context() as patch:  # the record fails, not the gate
+            patch.setattr(pipeline, name, fault)
+            assert pipeline.validate_run(paths)["success"] is True
     manifest = read_json(paths.snapshot_manifest)
     assert manifest["shard_plan"]["eligible_users"] == 7
     manifest["shard_plan"]["eligible_users"] = 8
