@@ -89,15 +89,16 @@ def _interrupted(error: BaseException) -> bool:
 def entry() -> None:
     """The ``recs`` command (and ``python -m recs.cli``): ``main``, then exit with its code.
 
-    After Ctrl-C the process must exit 130, not die of SIGINT. CPython (3.10 to 3.13 at least)
-    marks a KeyboardInterrupt "unhandled" whenever it passes out of ``exec`` of a source
-    string, even when a caller catches it, and a ``python -m`` process then ends by SIGINT after
-    finalizing (the console script, run as a file, exits with its code). dbt's dataclasses and
-    mashumaro generate code that way, so Ctrl-C during dbt under ``python -m recs.cli`` died
-    with exit -2 after ``recs: aborted`` in 2 of 12 runs (6 at once, SIGINT 0.1-0.9 s into
-    dbt), each time with the flag set. Every ``exec`` of a string clears the flag as it starts,
-    so one of nothing clears it once ``main`` has handled the interrupt; SIGINT is ignored
-    while the interpreter shuts down."""
+    After Ctrl-C the process must exit 130, not die of SIGINT. CPython 3.11 (what this project
+    runs) sets its "unhandled KeyboardInterrupt" flag when an interrupt passes out of ``exec``
+    of a source string, even when a caller catches it, and a ``python -m`` process with the flag
+    set ends by SIGINT after finalizing. dbt's dataclasses and mashumaro generate code that way:
+    Ctrl-C during dbt under ``python -m recs.cli`` died with exit -2 after ``recs: aborted`` in
+    2 of 12 runs (6 at once, SIGINT 0.1-0.9 s into dbt), each time with the flag set (read with
+    ctypes), and ``test_ctrl_c_inside_exec_of_a_source_string_still_exits_130`` shows it every
+    time. Every ``exec`` of a string clears the flag as it starts, so one of nothing clears it
+    once ``main`` has handled the interrupt; SIGINT is ignored while the interpreter shuts
+    down."""
     code = main()
     if code == ABORTED:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

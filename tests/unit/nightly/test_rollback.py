@@ -83,8 +83,16 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
             raise OSError(28, "No space left on device")
         return atomic_write(path, **kwargs)
 
+    def full_history(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
     published = three.published_dir
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch:  # the append fails: nothing is switched
+        patch.setattr(history, "record", full_history)
+        with pytest.raises(OSError, match="No space left"):
+            publish_run(paths, settings)
+    assert current_version(published) == "night_2"
+    with monkeypatch.context() as patch:  # the switch fails after the append
         patch.setattr(publishing, "atomic_write", full_disk)
         with pytest.raises(OSError, match="No space left"):
             publish_run(paths, settings)
