@@ -15,9 +15,13 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
 
     Returns ``{"run_id", "snapshot_date", "totals": {...}, "shards": [shard manifest, ...],
     "failed_shards": [shard id, ...], "validation": {...} | None}``. Totals: snapshot row
-    counts, shards done and failed (no manifest: carried over when published), eligible users,
-    users with recommendations, rows, traversals (second-hop expansions counted), the summed
-    shard seconds, traversals per shard second and per kernel second, and the gate's outcome.
+    counts, shards done and not computed (no manifest: failed, or never run, as in a run
+    stopped by Ctrl-C; carried over if published so), eligible users (the snapshot's shard
+    plan, which the gate holds equal to dbt's count; else the computed shards') and those in
+    the computed shards, and in the computed shards: users with recommendations, rows,
+    traversals (second-hop expansions counted), the summed shard seconds, traversals per shard
+    second and per kernel second; and the gate's outcome. (A newcomer read "eligible users
+    29,562" of a run with two of four shards computed: half the 58,901 the gate reported.)
     Raises ``RunNotFoundError`` if the run has no snapshot.
     """
     paths = RunPaths.find(home, snapshot_date, run_id)
@@ -38,11 +42,14 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     shard_seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
     kernel_seconds = sum(float(s.get("kernel_seconds") or 0.0) for s in shards)
     traversals = sum(int(s.get("traversals", 0)) for s in shards)
+    in_computed = sum(int(s.get("users_in", 0)) for s in shards)
+    planned = (snapshot.get("shard_plan") or {}).get("eligible_users")
     totals.update(
         {
             "shards done": f"{len(shards)} of {shard_count}",
-            "shards failed": ", ".join(f"{i:03d}" for i in failed) or "none",
-            "eligible users": sum(int(s.get("users_in", 0)) for s in shards),
+            "shards not computed": ", ".join(f"{i:03d}" for i in failed) or "none",
+            "eligible users": planned if isinstance(planned, int) else in_computed,
+            "eligible users in computed shards": in_computed,
             "users with recommendations": sum(
                 int(s.get("users_with_recommendations", 0)) for s in shards
             ),

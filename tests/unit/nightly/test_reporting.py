@@ -9,15 +9,18 @@ from recs.nightly.runs import RunPaths
 
 
 def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_path):
-    """Three planned shards, shard 2 failed (no manifest). By hand: 4 + 6 = 10 users in, 3 + 5
-    = 8 with lists, 30 + 50 = 80 rows, 1,000 + 3,000 = 4,000 traversals over 1.0 + 3.0 = 4.0
-    shard seconds (1,000 a second; the first task also compiled the kernel) and over 0.5 + 1.5
-    = 2.0 kernel seconds (2,000 a second, the kernel's own rate that `make bench` reports)."""
+    """Three planned shards, shard 2 not computed (no manifest). Eligible users: the plan's 15,
+    of which 4 + 6 = 10 in the computed shards (a newcomer read the 10 as the run's). By hand:
+    3 + 5 = 8 with lists, 30 + 50 = 80 rows, 1,000 + 3,000 = 4,000 traversals over 1.0 + 3.0 =
+    4.0 shard seconds (1,000 a second; the first task also compiled the kernel) and over 0.5 +
+    1.5 = 2.0 kernel seconds (2,000 a second, the kernel's own rate that `make bench`
+    reports)."""
     paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
     paths.snapshot_dir.mkdir(parents=True)
-    paths.snapshot_manifest.write_text(
-        json.dumps({"shard_count": 3, "row_counts": {"users": 12, "follow_edges": 40}})
-    )
+    paths.snapshot_manifest.write_text(json.dumps({
+        "shard_count": 3, "row_counts": {"users": 12, "follow_edges": 40},
+        "shard_plan": {"eligible_users": 15},
+    }))  # fmt: skip
     for shard_id, (users, listed, rows, traversals, seconds, kernel) in enumerate(
         [(4, 3, 30, 1_000, 1.0, 0.5), (6, 5, 50, 3_000, 3.0, 1.5)]
     ):
@@ -33,8 +36,9 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "snapshot users": 12,
         "snapshot follow_edges": 40,
         "shards done": "2 of 3",
-        "shards failed": "002",
-        "eligible users": 10,
+        "shards not computed": "002",
+        "eligible users": 15,
+        "eligible users in computed shards": 10,
         "users with recommendations": 8,
         "recommendation rows": 80,
         "traversals": 4_000,
