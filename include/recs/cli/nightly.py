@@ -144,6 +144,7 @@ def validate(
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
     result = pipeline.validate_run(paths)
+    _warn_not_computed(result["failed_shards"], "a publish carries them over from CURRENT")
     shown = {k: v for k, v in result.items() if k not in ("skipped",)}
     shown["skipped"] = ", ".join(item["name"] for item in result["skipped"]) or "none"
     emit(result, as_json, lambda doc: print_mapping(f"gate of {paths.run_id}: passed", shown))
@@ -158,11 +159,28 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
     result = pipeline.publish_run(paths)
+    _warn_not_computed(
+        [entry["shard_id"] for entry in result["carried_over"]], "carried over from CURRENT"
+    )
     shown = {key: value for key, value in result.items() if key not in ("previous", "replaced")}
     shown["carried_over"] = _carried_text(result["carried_over"])
     shown["CURRENT before"] = result["previous"] or "none"
     shown["this version"] = _PUBLISHED_AS[result["replaced"]]
     emit(result, as_json, lambda doc: print_mapping(f"published {paths.run_id}", shown))
+
+
+def _warn_not_computed(shard_ids: list[int], fate: str) -> None:
+    """One stderr line when shards have no output (failed, or never run: a ``recs run``
+    stopped by Ctrl-C), with the way to compute them (a newcomer validated and published such
+    a run, and half its users got the day before's lists without a word)."""
+    if shard_ids:
+        named = ", ".join(f"{shard_id:03d}" for shard_id in shard_ids)
+        err.print(
+            f"recs: warning: shards {named} have no output of this run (failed, or never run): "
+            f"{fate}; `recs shard run --shard N` computes one first",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 _PUBLISHED_AS = {
