@@ -127,6 +127,11 @@ def test_a_drop_against_the_replaced_version_fails(tmp_path):
     with pytest.raises(ValidationFailedError) as raised:
         validate_run(paths, settings)
     assert raised.value.exit_code == 3
+    assert (  # the figures in the error line (a newcomer had to open results.json for them)
+        "; users with lists 2 against 5 in night_1 (-60.0 %), rows 5 against 9 in night_1 "
+        "(-44.4 %); allowed -25 % to +300 % (this run's gate_max_drop / gate_max_growth, "
+        "frozen with its snapshot) (details: "
+    ) in str(raised.value)
     summary, results = saved(paths)
     assert set(summary["failed"]) == {"users_change_within_bounds", "rows_change_within_bounds"}
     assert summary["compared_with"] == "night_1" and summary["skipped"] == []
