@@ -6,6 +6,7 @@ response mixing two versions would show it), ``night_1`` is the fixture's 20..24
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -119,13 +120,16 @@ def test_rollback_reuses_the_cached_handle_and_the_metric_follows(world, client)
     assert REGISTRY.get_sample_value("recs_api_published_version_info", {"run_id": "night_1"}) == 1
 
 
-def test_a_rerun_replacing_a_version_folder_is_picked_up(world, client):
+def test_a_rerun_replacing_a_version_folder_is_picked_up(world, client, caplog):
     """night_1 rewritten in place (same run id, new manifest): refresh reloads it."""
     assert candidates(client.get("/v1/users/1/who-to-follow", headers=bearer(1)))[0] == 20
     time.sleep(0.01)  # a distinct manifest mtime even on coarse-timestamp filesystems
     world.write_version("night_1", VB)
-    assert client.app.state.versions.refresh() is True
+    with caplog.at_level(logging.WARNING, logger="recs.serving"):
+        assert client.app.state.versions.refresh() is True
     assert candidates(client.get("/v1/users/1/who-to-follow", headers=bearer(1))) == [23, 24]
+    # (a newcomer read "serving published version night_1 (was night_1)")
+    assert "serving published version night_1 again: its files changed" in caplog.messages
 
 
 def test_first_version_appears_without_a_restart(world):
