@@ -311,7 +311,9 @@ class Settings(BaseSettings):
         "requests are answered 503 at once (uvicorn's limit_concurrency).",
     )
     api_keepalive_timeout_seconds: int = Field(
-        5, exclude=True, ge=1, description="An idle keep-alive connection is closed after this."
+        5, exclude=True, ge=1, description="An idle keep-alive connection is closed after this. "
+        "Clients and proxies that reuse connections must give them up sooner (an idle timeout "
+        "below this): one reused as the server closes it gets no answer."
     )
     api_max_header_bytes: int = Field(
         16_384,
