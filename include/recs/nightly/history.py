@@ -37,12 +37,19 @@ HISTORY_FILE = ".history.jsonl"  # hidden: no run id starts with a dot
 
 def events(published_dir: Path) -> list[dict[str, Any]]:
     """Every recorded change, oldest first (unreadable lines are skipped; no file: ``[]``)."""
+    return _parsed(_text(Path(published_dir) / HISTORY_FILE) or "")
+
+
+def _text(path: Path) -> str | None:
     try:
-        lines = (Path(published_dir) / HISTORY_FILE).read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return []
+        return None
+
+
+def _parsed(text: str) -> list[dict[str, Any]]:
     found = []
-    for line in lines:
+    for line in text.splitlines():
         try:
             event = json.loads(line)
         except ValueError:
@@ -57,10 +64,10 @@ def record(
 ) -> dict[str, Any]:
     """Append one event (call under the publisher lock) and fsync it; return it."""
     path = Path(published_dir) / HISTORY_FILE
-    existed = path.exists()
-    torn = existed and _ends_mid_line(path)
+    text = _text(path)
+    torn = bool(text) and not text.endswith("\n")  # an append cut off mid-line: end it first
     event = {
-        "seq": len(events(published_dir)) + 1,
+        "seq": len(_parsed(text or "")) + 1,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "action": action,
         "run_id": run_id,
@@ -71,18 +78,9 @@ def record(
         handle.write(("\n" if torn else "") + json.dumps(event, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    if not existed:
+    if text is None:
         fsync_dir(path.parent)
     return event
-
-
-def _ends_mid_line(path: Path) -> bool:
-    """Whether the file's last byte is not a newline (an append cut off mid-line)."""
-    with path.open("rb") as handle:
-        if handle.seek(0, os.SEEK_END) == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
 
 
 def predecessor(published_dir: Path, run_id: str) -> str | None:

@@ -368,6 +368,11 @@ class _Report:
         return [{"name": name, "reason": self.not_compared} for name in CHANGE_CHECKS]
 
 
+def change(tonight: int, before: int) -> float:
+    """The change checks' figure: ``tonight / before - 1`` (-0.25 is a 25 % drop)."""
+    return tonight / before - 1.0
+
+
 def _change_text(report: _Report, settings: Settings, failed: list[str]) -> str:
     """What a failed change check saw, for the error line (a newcomer had to open
     ``results.json`` to learn the drop was -40.6 % against -25 %): ``; users with lists
@@ -380,9 +385,9 @@ def _change_text(report: _Report, settings: Settings, failed: list[str]) -> str:
         ("users with lists", report.summary["users"], report.replaced.users),
         ("rows", report.summary["rows"], report.replaced.rows),
     ):
-        change = f"{(tonight / before - 1.0) * 100:+.1f} %" if before else "n/a"
+        shown = f"{change(tonight, before) * 100:+.1f} %" if before else "n/a"
         figures.append(f"{label} {tonight:,} against {before:,} in {report.replaced.run_id} "
-                       f"({change})")  # fmt: skip
+                       f"({shown})")  # fmt: skip
     return (
         f"; {', '.join(figures)}; allowed {-settings.gate_max_drop * 100:+.0f} % to "
         f"{settings.gate_max_growth * 100:+.0f} % (this run's gate_max_drop / gate_max_growth, "
@@ -412,8 +417,8 @@ def run_figures(
             "users": [users],
             "eligible_users": [in_computed],
             "list_share": [users / in_computed if in_computed else 0.0],
-            "users_change": [users / replaced.users - 1.0 if replaced else None],
-            "rows_change": [rows / replaced.rows - 1.0 if replaced else None],
+            "users_change": [change(users, replaced.users) if replaced else None],
+            "rows_change": [change(rows, replaced.rows) if replaced else None],
             "eligible_all": [sum(eligible.values())],
             "eligible_planned": [as_int(plan.get("eligible_users"))],
         },
