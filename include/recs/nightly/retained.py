@@ -510,11 +510,61 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 @contextmanager
 def _date_lock(target: Path) -> Iterator[None]:
-    """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``."""
+    """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``. ``recs gc`` deletes
+    the lock file of a date it removes (``remove``), so a lock won on a file no longer at that
+    path is let go and taken again on the file that is."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / f".{target.name}.lock").open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    lock = _lock_file(target)
+    while True:
+        with lock.open("a") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if not _still_at(handle, lock):
+                continue  # removed while we waited: whoever opens it now must see our lock
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return
+
+
+def remove(home: Path, name: str) -> bool:
+    """Remove the retained snapshot ``snapshots/<name>/`` (if any) and its lock file, holding
+    that lock, taken without waiting: False, and nothing removed, while a freeze of that date
+    holds it (``recs gc``; without it, the lock files of every date ever frozen stay)."""
+    target = Path(home) / "snapshots" / name
+    lock = _lock_file(target)
+    if not lock.parent.is_dir():
+        return True
+    with lock.open("a") as handle:
         try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        if not _still_at(handle, lock):
+            return False  # another remover took it away meanwhile
+        if target.exists():
+            shutil.rmtree(target)
+        lock.unlink()  # still held: a freeze waiting on it retries on a new file
+    return True
+
+
+def locked_dates(home: Path) -> list[str]:
+    """The names ``N`` of the lock files ``snapshots/.N.lock`` (dates or not; sorted)."""
+    root = Path(home) / "snapshots"
+    if not root.is_dir():
+        return []
+    return sorted(p.name[1 : -len(".lock")] for p in root.glob(".*.lock") if p.is_file())
+
+
+def _lock_file(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
+def _still_at(handle: Any, path: Path) -> bool:
+    """Whether the open file ``handle`` is still the one at ``path`` (not deleted or replaced)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)

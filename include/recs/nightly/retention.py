@@ -9,7 +9,9 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
 - ``runs/<date>/<run_id>/``: removed once ``date`` is older than ``run_retention_days`` and
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
-- ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``.
+- ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``, with
+  its lock file ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both
+  under that lock taken without waiting: a freeze of the date in progress keeps them.
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -35,7 +37,7 @@ from typing import Any
 
 from recs.config import Settings
 from recs.errors import CorruptFileError, RunNotFoundError, RunStoreError
-from recs.nightly import history
+from recs.nightly import history, retained
 from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
 from recs.published import current_version, version_manifest
@@ -91,12 +93,15 @@ def collect_garbage(
 
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
-    for date_dir in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff):
-        if _backfill_running(settings, date_dir.name):
+    folders = {p.name for p in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)}
+    locks = _dates_before(retained.locked_dates(settings.home), snapshot_cutoff)
+    for date in sorted(folders.union(locks)):
+        if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
-        removed["snapshots"].append(date_dir.name)
-        if not dry_run:
-            shutil.rmtree(date_dir)
+        if not dry_run and not retained.remove(settings.home, date):
+            continue  # a freeze of that date holds its lock: left for the next gc
+        if date in folders:
+            removed["snapshots"].append(date)
 
     document = {
         "today": today.isoformat(),

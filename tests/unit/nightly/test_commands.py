@@ -284,6 +284,81 @@ def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
 
 
+def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_one(
+    recs, tmp_path
+):
+    """Under snapshots/ (30-day retention, today 2026-12-01, so dates before 2026-11-01 go):
+    2026-10-01 retained with its lock file; 2026-10-02 a lock file only (a refused freeze);
+    2026-10-03 retained, its lock held by a freeze now; 2026-11-20 recent; `.notes.lock` not a
+    date. gc --dry-run lists 2026-10-01 and 2026-10-03 and removes nothing; gc removes
+    2026-10-01 with its lock and 2026-10-02's lock, and keeps 2026-10-03 (not listed) until the
+    freeze lets go; the recent and the undated files stay."""
+    import fcntl
+
+    root = tmp_path / "home" / "snapshots"
+    for name in ("2026-10-01", "2026-10-03", "2026-11-20"):
+        (root / name).mkdir(parents=True)
+        (root / name / "manifest.json").write_text("{}")
+    for name in ("2026-10-01", "2026-10-02", "2026-10-03", "2026-11-20", "notes"):
+        (root / f".{name}.lock").touch()
+
+    def names():
+        return sorted(p.name for p in root.iterdir())
+
+    before = names()
+    with (root / ".2026-10-03.lock").open("a") as freezing:
+        fcntl.flock(freezing.fileno(), fcntl.LOCK_EX)
+        code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+        assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01", "2026-10-03"]
+        assert names() == before
+        code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+        assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
+        assert names() == [
+            ".2026-10-03.lock", ".2026-11-20.lock", ".notes.lock", "2026-10-03", "2026-11-20"
+        ]
+    code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-03"]
+    assert names() == [".2026-11-20.lock", ".notes.lock", "2026-11-20"]
+
+
+def test_a_freeze_waiting_on_a_date_lock_gc_removes_takes_the_new_one(tmp_path):
+    """A freeze waits on snapshots/.2026-10-01.lock while gc holds it; gc deletes the file and
+    lets go (as ``retained.remove`` does). The freeze must then hold the lock of the file at
+    that path, so that the next freeze of the date waits for it: a non-blocking lock on the
+    path fails while the freeze is inside, and succeeds once it is out."""
+    import fcntl
+    import threading
+
+    from recs.nightly.retained import _date_lock
+
+    target = tmp_path / "snapshots" / "2026-10-01"
+    lock = tmp_path / "snapshots" / ".2026-10-01.lock"
+    lock.parent.mkdir()
+    inside, leave = threading.Event(), threading.Event()
+
+    def freeze():
+        with _date_lock(target):
+            inside.set()
+            leave.wait(10)
+
+    with lock.open("a") as gc_handle:
+        fcntl.flock(gc_handle.fileno(), fcntl.LOCK_EX)
+        freezer = threading.Thread(target=freeze)
+        freezer.start()
+        assert not inside.wait(0.3)  # waiting on gc's lock
+        lock.unlink()
+    try:
+        assert inside.wait(10)
+        with lock.open("a") as next_freeze:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(next_freeze.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        leave.set()
+        freezer.join(10)
+    with lock.open("a") as next_freeze:
+        fcntl.flock(next_freeze.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monkeypatch):
     """With a run store (a shared folder): night_1..4 published, rolled back to night_2, each
     night's snapshot pushed, its objects in the store dated its night; a run of an old date that
