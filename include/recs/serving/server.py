@@ -18,6 +18,7 @@ dies); they share the Prometheus multiprocess folder and the served-version stat
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -147,6 +148,15 @@ def uvicorn_options(settings: Settings) -> dict:
     }
 
 
+BIND_HINTS = {
+    errno.EADDRINUSE: "another process holds the port? choose another with --port or RECS_API_PORT",
+    errno.EADDRNOTAVAIL: "not an address of this machine: give one of its own with --host or "
+    "RECS_API_HOST, or 0.0.0.0 for every IPv4 interface",
+    errno.EACCES: "ports below 1024 need privileges: choose another with --port or RECS_API_PORT",
+}
+"""What to do about a bind that fails, by its errno (any other: the first)."""
+
+
 def check_port(host: str, port: int, workers: int = 1) -> None:
     """Raise ``ConfigurationError`` (one line, exit 2) if ``host:port`` cannot be bound now, as
     uvicorn binds it (``SO_REUSEADDR``): another process holds the port, or the host is not
@@ -169,10 +179,9 @@ def check_port(host: str, port: int, workers: int = 1) -> None:
         try:
             probe.bind(address)
         except OSError as error:
-            raise ConfigurationError(
-                f"cannot serve on {where}: {error.strerror} (another process holds the "
-                "port? choose another with --port or RECS_API_PORT)"
-            ) from None
+            hint = BIND_HINTS.get(error.errno, BIND_HINTS[errno.EADDRINUSE])
+            message = f"cannot serve on {where}: {error.strerror} ({hint})"
+            raise ConfigurationError(message) from None
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int, access_log: bool) -> None:

@@ -391,6 +391,18 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):
     )
 
 
+def test_serve_on_an_address_of_another_machine_says_so(recs):
+    """(From a newcomer: `--host` with a foreign address was blamed on "another process holds
+    the port".) 192.0.2.1 is TEST-NET-1 (RFC 5737), on no interface here."""
+    code, _, err = recs("serve", "--host", "192.0.2.1", "--port", "8000")
+    assert code == 2
+    assert _one_error(err) == (
+        "recs: error: cannot serve on 192.0.2.1:8000: Cannot assign requested address (not an "
+        "address of this machine: give one of its own with --host or RECS_API_HOST, or 0.0.0.0 "
+        "for every IPv4 interface)"
+    )
+
+
 def test_recommend_limit_help_gives_the_settings_default(recs):
     """The help spells the default out (the CLI does not import the settings to start); it must
     be the setting's."""
