@@ -185,6 +185,15 @@ class DismissalNotFoundError(RecsError):
     http_status = 404
 
 
+class SwitchError(RecsError):
+    """``CURRENT`` could not be switched (a full disk, an I/O error: ``recs.nightly.publish``);
+    the message says which version it names now, since the write may have failed after its
+    rename (the folder's fsync): then the switch happened, and a plain rollback run again would
+    go one version further back."""
+
+    exit_code = 74  # EX_IOERR (sysexits.h)
+
+
 class RunStoreError(RecsError):
     """The run store (``RECS_RUN_STORE_URL``, ``recs.nightly.artifacts``) cannot be used: a
     malformed URL, a protocol without its fsspec package, or storage that cannot be reached or

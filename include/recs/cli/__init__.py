@@ -24,6 +24,8 @@ from recs.errors import RecsError
 
 ABORTED = 130
 """The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+IO_ERROR = 74
+"""The exit code of an ``OSError`` no command turned into one of its own (EX_IOERR, sysexits.h)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         reason = str(first.get("msg")).removeprefix("Value error, ")  # pydantic's, for ours
         sys.stderr.write(f"recs: error: invalid setting {where}: {reason}\n")
         return 2
+    except OSError as error:  # the machine's, not ours: a full disk, an I/O error, a permission
+        if not _interrupted(error):
+            sys.stderr.write(f"recs: error: {error}\n")
+            return IO_ERROR
+        code = ABORTED
     except Exception as error:
         if not _interrupted(error):
             raise  # a defect: its traceback is the report

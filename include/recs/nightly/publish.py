@@ -44,6 +44,7 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
+    SwitchError,
     ValidationEngineError,
     ValidationFailedError,
 )
@@ -122,7 +123,8 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
-    served one: ``served.unseen_current``).
+    served one: ``served.unseen_current``); ``SwitchError`` if ``CURRENT`` cannot be written
+    (saying whether it names the run now: ``_write_current``).
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
@@ -180,7 +182,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     ``published/``). Returns ``{"run_id", "previous"}``. Raises ``RunNotFoundError`` if the
     version does not exist, is incomplete (a listed file missing or of the wrong size) or did
     not pass validation; ``InvalidRunIdError`` for a malformed run id; ``RunStoreError`` where
-    ``published/`` is not the served one (as ``publish_run``).
+    ``published/`` is not the served one and ``SwitchError`` (as ``publish_run``).
     """
     published_dir = _published_dir(home_or_settings)
     run_id = check_run_id(run_id)
@@ -207,7 +209,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
     it in the run store, the way to set a record that is missing or wrong, so it must run where
     the served ``published/`` is (elsewhere it records a stale copy's ``CURRENT``, and the
     gate and the next publish on the served machine refuse until it is recorded there again).
-    ``CURRENT`` is unchanged on any error.
+    ``CURRENT`` is unchanged on any error but ``SwitchError`` (``CURRENT`` could not be written:
+    it says whether it moved, as a write that failed after its rename did).
     """
     published_dir = _published_dir(home_or_settings)
     if to is not None:
@@ -540,10 +543,31 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
     and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
     behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
-    comparing with nothing (``baseline``)."""
+    comparing with nothing (``baseline``). A write that fails raises ``SwitchError`` saying
+    whether ``CURRENT`` names ``run_id`` now: the failure can come after the rename (the
+    folder's fsync), and then a plain rollback run again would go one version further back."""
     _record_in_run_store(run_id)
-    with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
-        handle.write(f"{run_id}\n")
+    try:
+        with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
+            handle.write(f"{run_id}\n")
+    except OSError as error:
+        raise SwitchError(_switch_failed(published_dir, run_id, error)) from error
+
+
+def _switch_failed(published_dir: Path, run_id: str, error: OSError) -> str:
+    """What an operator must know of a failed switch to ``run_id``: whether it happened."""
+    try:
+        now = current_version(published_dir, strict=False)
+    except (RecsError, OSError):
+        now = "unreadable"
+    what = f"could not make CURRENT name {run_id}: {error}"
+    if now != run_id:
+        return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
+    return (
+        f"{what}; CURRENT names {run_id} now, but the switch may not survive a crash: check it "
+        "with `recs runs` before running anything again (a plain `recs rollback` again would go "
+        "one version further back)"
+    )
 
 
 def _record_in_run_store(run_id: str) -> None:

@@ -6,6 +6,7 @@ Versions are test_validation's hand-built run published as ``night_1`` .. ``nigh
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
@@ -13,7 +14,7 @@ import threading
 import pytest
 from test_validation import write_good_run
 
-from recs.errors import InvalidRunIdError, RunNotFoundError
+from recs.errors import InvalidRunIdError, RunNotFoundError, SwitchError
 from recs.nightly import history
 from recs.nightly.publish import publish_run, rollback
 from recs.nightly.runs import RunPaths
@@ -94,14 +95,14 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
     assert current_version(published) == "night_2"
     with monkeypatch.context() as patch:  # the switch fails after the append
         patch.setattr(publishing, "atomic_write", full_disk)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(SwitchError, match="No space left.*still names night_2, so run"):
             publish_run(paths, settings)
     assert current_version(published) == "night_2"
     assert publish_run(paths, settings)["previous"] == "night_2"  # the retry
     assert history.predecessor(published, "night_4") == "night_2"
     with monkeypatch.context() as patch:
         patch.setattr(publishing, "atomic_write", full_disk)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(SwitchError, match="No space left.*still names night_4"):
             rollback(three)
     assert current_version(published) == "night_4"
     assert rollback(three)["run_id"] == "night_2"  # retried: not on to night_1
@@ -110,6 +111,65 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
     publish_run(paths, settings)
     assert history.events(published)[-1]["run_id"] == "night_4"
     assert history.predecessor(published, "night_4") == "night_2"
+
+
+def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypatch, capsys):
+    """(An open note.) A rollback from night_3 whose write of CURRENT fails after the rename
+    (the folder's fsync: an I/O error) moved CURRENT to night_2, but raised as if nothing had
+    happened, and the operator's retry went on to night_1. The error says CURRENT names night_2
+    now and to check before running anything again; through the CLI, one line and exit 74."""
+    from recs import cli
+    from recs.config import get_settings
+    from recs.files import atomic_write
+    from recs.nightly import publish as publishing
+
+    @contextlib.contextmanager
+    def fsync_fails(path, **kwargs):
+        with atomic_write(path, **kwargs) as handle:
+            yield handle
+        raise OSError(5, "Input/output error", str(path.parent))
+
+    monkeypatch.setattr(publishing, "atomic_write", fsync_fails)
+    with pytest.raises(SwitchError) as raised:
+        rollback(three)
+    assert str(raised.value) == (
+        f"could not make CURRENT name night_2: [Errno 5] Input/output error: "
+        f"'{three.published_dir}'; CURRENT names night_2 now, but the switch may not survive a "
+        "crash: check it with `recs runs` before running anything again (a plain `recs "
+        "rollback` again would go one version further back)"
+    )
+    assert current_version(three.published_dir) == "night_2"
+    monkeypatch.setenv("RECS_HOME", str(three.home))
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["rollback"]) == 74
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("recs: error: could not make CURRENT name night_1: [Errno 5] ")
+    assert "CURRENT names night_1 now" in err[-1]
+
+
+def test_an_os_error_no_command_handles_is_one_line_and_exit_74(tmp_path, monkeypatch, capsys):
+    """A full disk or a permission the machine refuses is the machine's, not a defect: `recs`
+    prints one line (the error as the OS gave it) and exits 74 (EX_IOERR), no traceback."""
+    from recs import cli
+    from recs.config import get_settings
+    from recs.nightly import publish as publishing
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "home" / "published"))
+
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(publishing, "rollback", denied)
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["rollback"]) == 74
+    finally:
+        get_settings.cache_clear()
+    assert capsys.readouterr().err == (
+        f"recs: error: [Errno 13] Permission denied: '{tmp_path / 'home' / 'published'}'\n"
+    )
 
 
 def test_rollback_to_a_named_version(three):
