@@ -556,11 +556,11 @@ def _write_current(published_dir: Path, run_id: str) -> None:
 
 def _switch_failed(published_dir: Path, run_id: str, error: OSError) -> str:
     """What an operator must know of a failed switch to ``run_id``: whether it happened."""
+    what = f"could not make CURRENT name {run_id}: {error}"
     try:
         now = current_version(published_dir, strict=False)
-    except (RecsError, OSError):
-        now = "unreadable"
-    what = f"could not make CURRENT name {run_id}: {error}"
+    except (RecsError, OSError) as unreadable:
+        return f"{what}; CURRENT cannot be read now ({unreadable}): check it with `recs runs`"
     if now != run_id:
         return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
     return (

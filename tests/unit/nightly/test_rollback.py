@@ -149,6 +149,15 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
     assert err[-1].startswith("recs: error: could not make CURRENT name night_1: [Errno 5] ")
     assert "CURRENT names night_1 now" in err[-1]
 
+    def unreadable(*args, **kwargs):
+        raise OSError(5, "Input/output error", "CURRENT")
+
+    monkeypatch.setattr(publishing, "current_version", unreadable)
+    assert publishing._switch_failed(three.published_dir, "night_3", OSError(28, "Full")) == (
+        "could not make CURRENT name night_3: [Errno 28] Full; CURRENT cannot be read now "
+        "([Errno 5] Input/output error: 'CURRENT'): check it with `recs runs`"
+    )
+
 
 def test_an_os_error_no_command_handles_is_one_line_and_exit_74(tmp_path, monkeypatch, capsys):
     """A full disk or a permission the machine refuses is the machine's, not a defect: `recs`
