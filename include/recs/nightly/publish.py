@@ -144,7 +144,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if newer is None:
-            history.record(published_dir, "publish", run_id, previous, current=True)  # first
+            _record_event(published_dir, "publish", run_id, previous, current=True)  # first
             _write_current(published_dir, run_id)  # (why: recs.nightly.history)
         else:
             log.warning(
@@ -156,7 +156,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 paths.snapshot_date.isoformat(),
                 run_id,
             )
-            history.record(published_dir, "publish", run_id, previous, current=False)
+            _record_event(published_dir, "publish", run_id, previous, current=False)
 
     return {
         "run_id": run_id,
@@ -191,7 +191,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
         refuse_unseen(published_dir, previous, "set_current")
-        history.record(published_dir, "set_current", run_id, previous, current=True)
+        _record_event(published_dir, "set_current", run_id, previous, current=True)
         _write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
 
@@ -232,7 +232,7 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
             refuse_unseen(published_dir, current, "recs rollback")
-            history.record(published_dir, "rollback", target, current, current=True)
+            _record_event(published_dir, "rollback", target, current, current=True)
             _write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
             _record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
@@ -538,14 +538,30 @@ def _empty_dir(path: Path) -> Path:
     return path
 
 
+def _record_event(
+    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
+) -> None:
+    """``history.record``, its ``OSError`` (a full disk) a ``SwitchError`` saying that nothing
+    was switched: the event is appended before ``CURRENT`` is touched."""
+    try:
+        history.record(published_dir, action, run_id, previous, current=current)
+    except OSError as error:
+        raise SwitchError(
+            f"could not record the {action} of {run_id} in {history.HISTORY_FILE}: {error}; "
+            f"CURRENT still names {previous or 'nothing'} (nothing was switched), so run the "
+            "command again once the history can be written"
+        ) from error
+
+
 def _write_current(published_dir: Path, run_id: str) -> None:
     """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one.
     With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
     and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
     behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
     comparing with nothing (``baseline``). A write that fails raises ``SwitchError`` saying
-    whether ``CURRENT`` names ``run_id`` now: the failure can come after the rename (the
-    folder's fsync), and then a plain rollback run again would go one version further back."""
+    whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
+    the rename (the folder's fsync), and then a plain rollback run again would go one version
+    further back."""
     _record_in_run_store(run_id)
     try:
         with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
@@ -555,19 +571,34 @@ def _write_current(published_dir: Path, run_id: str) -> None:
 
 
 def _switch_failed(published_dir: Path, run_id: str, error: OSError) -> str:
-    """What an operator must know of a failed switch to ``run_id``: whether it happened."""
+    """What an operator must know of a failed switch to ``run_id``: whether it happened, read
+    back strictly (an unreadable ``CURRENT`` is not "nothing"). When it did not, a run store's
+    record, made first, is set back to what ``CURRENT`` names, so that running the command
+    again is not refused as from a stale copy (``served``)."""
     what = f"could not make CURRENT name {run_id}: {error}"
     try:
-        now = current_version(published_dir, strict=False)
-    except (RecsError, OSError) as unreadable:
-        return f"{what}; CURRENT cannot be read now ({unreadable}): check it with `recs runs`"
-    if now != run_id:
-        return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
-    return (
-        f"{what}; CURRENT names {run_id} now, but the switch may not survive a crash: check it "
-        "with `recs runs` before running anything again (a plain `recs rollback` again would go "
-        "one version further back)"
-    )
+        now = current_version(published_dir)
+    except RecsError as unreadable:
+        return (
+            f"{what}; CURRENT cannot be read back ({unreadable}): check it with `recs runs` "
+            "before running anything again"
+        )
+    if now == run_id:
+        return (
+            f"{what}; CURRENT names {run_id} now, but the switch may not survive a crash: "
+            "check it with `recs runs` before running anything again (a plain `recs rollback` "
+            "again would go one version further back)"
+        )
+    try:
+        _record_in_run_store(now or "")  # "" records none (nothing was current)
+    except RecsError as store_error:
+        mend = f"`recs rollback --to {now}` here records it" if now else "correct its record"
+        return (
+            f"{what}; CURRENT still names {now or 'nothing'}, but the run store records "
+            f"{run_id} and could not be set back ({store_error}): {mend}, then run the command "
+            "again"
+        )
+    return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
 
 
 def _record_in_run_store(run_id: str) -> None:

@@ -113,6 +113,8 @@ def discard_all(home: Path) -> list[str]:
     for name in retained_dates(home):
         target = Path(home) / "snapshots" / name
         with _date_lock(target):
+            if not target.is_dir():
+                continue  # removed while we waited (recs gc)
             aside = target.with_name(staging_name(target.name, ".discarded"))
             os.rename(target, aside)
             shutil.rmtree(aside, ignore_errors=True)
@@ -527,25 +529,32 @@ def _date_lock(target: Path) -> Iterator[None]:
             return
 
 
-def remove(home: Path, name: str) -> bool:
+REMOVED, NO_FOLDER, BUSY = "removed", "no folder", "busy"
+"""What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
+nothing: another gc removed it first), or left both (a freeze of the date holds the lock)."""
+
+
+def remove(home: Path, name: str) -> str:
     """Remove the retained snapshot ``snapshots/<name>/`` (if any) and its lock file, holding
-    that lock, taken without waiting: False, and nothing removed, while a freeze of that date
-    holds it (``recs gc``; without it, the lock files of every date ever frozen stay)."""
+    that lock, taken without waiting (``recs gc``; without it, the lock files of every date
+    ever frozen stay). Returns ``REMOVED``, ``NO_FOLDER`` or ``BUSY``; raises ``OSError`` for
+    a lock or folder it cannot remove (gc reports it and goes on)."""
     target = Path(home) / "snapshots" / name
     lock = _lock_file(target)
     if not lock.parent.is_dir():
-        return True
+        return NO_FOLDER
     with lock.open("a") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            return BUSY
         if not _still_at(handle, lock):
-            return False  # another remover took it away meanwhile
-        if target.exists():
+            return NO_FOLDER  # another remover took it away meanwhile
+        found = target.is_dir() and not target.is_symlink()
+        if found:
             shutil.rmtree(target)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file
-    return True
+    return REMOVED if found else NO_FOLDER
 
 
 def locked_dates(home: Path) -> list[str]:

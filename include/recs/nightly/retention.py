@@ -98,9 +98,17 @@ def collect_garbage(
     for date in sorted(folders.union(locks)):
         if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
-        if not dry_run and not retained.remove(settings.home, date):
-            continue  # a freeze of that date holds its lock: left for the next gc
-        if date in folders:
+        if dry_run:
+            removed["snapshots"] += [date] if date in folders else []
+            continue
+        try:
+            outcome = retained.remove(settings.home, date)
+        except OSError as error:  # a lock that is a folder, a file it may not remove: the others go
+            log.warning("left snapshots/%s: %s", date, error)
+            continue
+        if outcome == retained.BUSY:
+            log.warning("left snapshots/%s: a freeze of that date holds its lock", date)
+        elif outcome == retained.REMOVED:
             removed["snapshots"].append(date)
 
     document = {

@@ -151,10 +151,11 @@ def uvicorn_options(settings: Settings) -> dict:
 BIND_HINTS = {
     errno.EADDRINUSE: "another process holds the port? choose another with --port or RECS_API_PORT",
     errno.EADDRNOTAVAIL: "not an address of this machine: give one of its own with --host or "
-    "RECS_API_HOST, or 0.0.0.0 for every IPv4 interface",
-    errno.EACCES: "ports below 1024 need privileges: choose another with --port or RECS_API_PORT",
+    "RECS_API_HOST, or {every} for every interface",
+    errno.EACCES: "a port below net.ipv4.ip_unprivileged_port_start (1024 by default) needs "
+    "privileges: choose another with --port or RECS_API_PORT",
 }
-"""What to do about a bind that fails, by its errno (any other: the first)."""
+"""What to do about a bind that fails, by its errno (any other: its own message alone)."""
 
 
 def check_port(host: str, port: int, workers: int = 1) -> None:
@@ -179,8 +180,8 @@ def check_port(host: str, port: int, workers: int = 1) -> None:
         try:
             probe.bind(address)
         except OSError as error:
-            hint = BIND_HINTS.get(error.errno, BIND_HINTS[errno.EADDRINUSE])
-            message = f"cannot serve on {where}: {error.strerror} ({hint})"
+            hint = BIND_HINTS.get(error.errno, "").format(every="::" if ":" in host else "0.0.0.0")
+            message = f"cannot serve on {where}: {error.strerror}" + (f" ({hint})" if hint else "")
             raise ConfigurationError(message) from None
 
 

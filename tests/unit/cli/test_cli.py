@@ -391,15 +391,30 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):
     )
 
 
-def test_serve_on_an_address_of_another_machine_says_so(recs):
+@pytest.mark.parametrize(
+    ("host", "every"), [("203.0.113.77", "0.0.0.0"), ("2001:db8::77", "::")]
+)
+def test_serve_on_an_address_of_another_machine_says_so(recs, host, every):
     """(From a newcomer: `--host` with a foreign address was blamed on "another process holds
-    the port".) 192.0.2.1 is TEST-NET-1 (RFC 5737), on no interface here."""
-    code, _, err = recs("serve", "--host", "192.0.2.1", "--port", "8000")
+    the port".) Documentation addresses (RFC 5737, RFC 3849), unless this machine has one."""
+    import errno
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+    except OSError as error:
+        if error.errno != errno.EADDRNOTAVAIL:
+            pytest.skip(f"no {host} here to refuse: {error}")  # e.g. no IPv6 at all
+    else:
+        pytest.skip(f"{host} is an address of this machine")
+    code, _, err = recs("serve", "--host", host, "--port", "8000")
+    where = f"[{host}]" if ":" in host else host
     assert code == 2
     assert _one_error(err) == (
-        "recs: error: cannot serve on 192.0.2.1:8000: Cannot assign requested address (not an "
-        "address of this machine: give one of its own with --host or RECS_API_HOST, or 0.0.0.0 "
-        "for every IPv4 interface)"
+        f"recs: error: cannot serve on {where}:8000: Cannot assign requested address (not an "
+        "address of this machine: give one of its own with --host or RECS_API_HOST, or "
+        f"{every} for every interface)"
     )
 
 

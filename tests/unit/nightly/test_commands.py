@@ -321,6 +321,53 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
     assert names() == [".2026-11-20.lock", ".notes.lock", "2026-11-20"]
 
 
+def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
+    """(From a review.) 2026-10-01's lock path is a folder: gc says so in a warning and removes
+    2026-10-02 all the same (it stopped at the first before); a second remover of 2026-10-02
+    finds nothing to report (two gc's at once listed it twice)."""
+    from recs.nightly import retained
+
+    root = tmp_path / "home" / "snapshots"
+    for name in ("2026-10-01", "2026-10-02"):
+        (root / name).mkdir(parents=True)
+    (root / ".2026-10-01.lock").mkdir()
+    code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-02"]
+    assert "left snapshots/2026-10-01: [Errno 21] Is a directory" in caplog.text
+    assert sorted(p.name for p in root.iterdir()) == [".2026-10-01.lock", "2026-10-01"]
+    assert retained.remove(tmp_path / "home", "2026-10-02") == retained.NO_FOLDER
+
+
+def test_discarding_snapshots_skips_a_date_gc_removed_meanwhile(tmp_path):
+    """(From a review.) A store replaced (``discard_all``) waits on 2026-10-01's lock while gc
+    holds it; gc removes the folder and the lock. The discard then has nothing to move aside
+    for that date (it raised FileNotFoundError) and discards the other."""
+    import fcntl
+    import threading
+
+    from recs.nightly import retained
+
+    home = tmp_path / "home"
+    for name in ("2026-10-01", "2026-10-02"):
+        (home / "snapshots" / name).mkdir(parents=True)
+        (home / "snapshots" / name / "manifest.json").write_text("{}")
+    found = []
+    lock = home / "snapshots" / ".2026-10-01.lock"
+    with lock.open("a") as gc_handle:
+        fcntl.flock(gc_handle.fileno(), fcntl.LOCK_EX)
+        discard = threading.Thread(target=lambda: found.append(retained.discard_all(home)))
+        discard.start()
+        discard.join(0.3)
+        assert discard.is_alive()  # waiting on gc's lock
+        for path in (home / "snapshots" / "2026-10-01").iterdir():
+            path.unlink()
+        (home / "snapshots" / "2026-10-01").rmdir()
+        lock.unlink()
+    discard.join(10)
+    assert found == [["2026-10-02"]]
+    assert not (home / "snapshots" / "2026-10-02").exists()
+
+
 def test_a_freeze_waiting_on_a_date_lock_gc_removes_takes_the_new_one(tmp_path):
     """A freeze waits on snapshots/.2026-10-01.lock while gc holds it; gc deletes the file and
     lets go (as ``retained.remove`` does). The freeze must then hold the lock of the file at

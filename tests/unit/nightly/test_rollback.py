@@ -14,7 +14,7 @@ import threading
 import pytest
 from test_validation import write_good_run
 
-from recs.errors import InvalidRunIdError, RunNotFoundError, SwitchError
+from recs.errors import InvalidRunIdError, RunNotFoundError, RunStoreError, SwitchError
 from recs.nightly import history
 from recs.nightly.publish import publish_run, rollback
 from recs.nightly.runs import RunPaths
@@ -90,7 +90,7 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
     published = three.published_dir
     with monkeypatch.context() as patch:  # the append fails: nothing is switched
         patch.setattr(history, "record", full_history)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(SwitchError, match="No space left.*still names night_2 .nothing was"):
             publish_run(paths, settings)
     assert current_version(published) == "night_2"
     with monkeypatch.context() as patch:  # the switch fails after the append
@@ -149,14 +149,69 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
     assert err[-1].startswith("recs: error: could not make CURRENT name night_1: [Errno 5] ")
     assert "CURRENT names night_1 now" in err[-1]
 
-    def unreadable(*args, **kwargs):
-        raise OSError(5, "Input/output error", "CURRENT")
+    @contextlib.contextmanager
+    def moved_then_unreadable(path, **kwargs):  # (a review: read back as "nothing")
+        with atomic_write(path, **kwargs) as handle:
+            yield handle
+        path.unlink()
+        path.mkdir()  # reading it raises IsADirectoryError
+        raise OSError(5, "Input/output error", str(path.parent))
 
-    monkeypatch.setattr(publishing, "current_version", unreadable)
-    assert publishing._switch_failed(three.published_dir, "night_3", OSError(28, "Full")) == (
-        "could not make CURRENT name night_3: [Errno 28] Full; CURRENT cannot be read now "
-        "([Errno 5] Input/output error: 'CURRENT'): check it with `recs runs`"
-    )
+    monkeypatch.setattr(publishing, "atomic_write", moved_then_unreadable)
+    with pytest.raises(SwitchError, match="night_2: .Errno 5.*CURRENT cannot be read back"):
+        rollback(three, to="night_2")
+
+
+def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_path, monkeypatch):
+    """(From a review.) With a run store, the switch is recorded there first. When the write of
+    CURRENT then fails before its rename, CURRENT still names night_3, and the store's record
+    of night_2 is set back to night_3, so running the rollback again is not refused as from a
+    stale copy; it goes to night_2. When the store cannot be set back, the error says how."""
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+    from recs.nightly import publish as publishing
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    store = artifacts.RunStore(url)
+    real_write, real_set = publishing.atomic_write, artifacts.RunStore.set_current
+
+    def full_disk(path, **kwargs):
+        if path.name == "CURRENT":
+            raise OSError(28, "No space left on device")
+        return real_write(path, **kwargs)
+
+    def store_once(self, run_id):
+        if run_id != "night_2":
+            raise RunStoreError("run store: cannot write CURRENT")
+        real_set(self, run_id)
+
+    try:
+        rollback(three, to="night_3")  # records night_3 there (a deployment setting one)
+        assert store.current() == "night_3"
+        with monkeypatch.context() as patch:
+            patch.setattr(publishing, "atomic_write", full_disk)
+            with pytest.raises(SwitchError, match="still names night_3, so run the command"):
+                rollback(three)
+            assert store.current() == "night_3"
+            patch.setattr(artifacts.RunStore, "set_current", store_once)
+            with pytest.raises(SwitchError) as raised:
+                rollback(three)
+            assert store.current() == "night_2"
+            assert str(raised.value).endswith(
+                "CURRENT still names night_3, but the run store records night_2 and could not "
+                "be set back (run store: cannot write CURRENT): `recs rollback --to night_3` "
+                "here records it, then run the command again"
+            )
+        assert rollback(three, to="night_3")["changed"] is False  # the mend the error gives
+        assert store.current() == "night_3"
+        assert rollback(three)["run_id"] == "night_2"
+        assert current_version(three.published_dir) == store.current() == "night_2"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
 
 
 def test_an_os_error_no_command_handles_is_one_line_and_exit_74(tmp_path, monkeypatch, capsys):
