@@ -208,7 +208,8 @@ def rollback(
 
     def render(doc):
         if doc["changed"]:
-            out.print(f"CURRENT: {doc['run_id']} (was {doc['previous']})", highlight=False)
+            was = doc["previous"] or "none"  # (a CURRENT that named no version, mended)
+            out.print(f"CURRENT: {doc['run_id']} (was {was})", highlight=False)
         else:
             out.print(f"CURRENT already names {doc['run_id']}", highlight=False)
 

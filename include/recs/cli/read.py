@@ -75,12 +75,21 @@ def recommend(
 
 @app.command("serve")
 def serve(
-    host: Annotated[str | None, typer.Option("--host", help="Default api_host.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Address to bind (default 127.0.0.1, RECS_API_HOST)."),
+    ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", min=1, max=65535, help="Default api_port.")
+        int | None,
+        typer.Option(
+            "--port", min=1, max=65535, help="Port to bind (default 8000, RECS_API_PORT)."
+        ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=1, max=64, help="Default api_workers.")
+        int | None,
+        typer.Option(
+            "--workers", min=1, max=64, help="uvicorn processes (default 1, RECS_API_WORKERS)."
+        ),
     ] = None,
     access_log: Annotated[
         bool, typer.Option("--access-log", help="Log every request (costs throughput).")

@@ -24,10 +24,17 @@ def _run_paths(snapshot_date: str | None, run_id: str | None):
     from recs.nightly.runs import RunPaths, check_run_id
     from recs.report.content import list_runs
 
-    home = current_settings().home
+    settings = current_settings()
+    home = settings.home
     if snapshot_date is None and run_id is not None:
         check_run_id(run_id)  # a glob of safe characters only
         dates = sorted(p.parent.name for p in (home / "runs").glob(f"????-??-??/{run_id}"))
+        if not dates and (settings.published_dir / run_id / "manifest.json").is_file():
+            raise RunNotFoundError(
+                f"no run {run_id} under {home}/runs: its folder is gone (`recs gc` removes "
+                f"runs older than RECS_RUN_RETENTION_DAYS), its published version is not: "
+                f"`recs runs show {run_id}` shows that"
+            )
         if not dates:
             raise RunNotFoundError(
                 f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
@@ -92,7 +99,9 @@ def report(
                     "nothing (skipped)" if gate["outcome"] != "not validated" else "not validated"
                 ),
                 "shards": ", ".join(statuses) or "none planned",
-                "skew (over 2x median)": ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none",
+                "skew (traversals over 2x median)": (
+                    ", ".join(f"{i:03d}" for i in skew["flagged"]) or "none"
+                ),
                 "hub share of traversals": "none recorded"
                 if doc["hubs"]["share"] is None
                 else f"{doc['hubs']['share']:.1%}",

@@ -180,10 +180,13 @@ def build_data_docs(context: Any, paths: RunPaths) -> Path | None:
 
     A local filesystem site (``TupleFilesystemStoreBackend``) is built into a staging folder
     beside ``paths.validation_dir / DATA_DOCS_DIR`` and swapped in, so a rerun replaces the
-    previous attempt's site whole. Returns the site's ``index.html``; None (logged) if GX could
-    not build it: the docs show the verdict, they are not part of it.
+    previous attempt's site whole; the staging folders of killed attempts (Ctrl-C) go first
+    (the caller holds the run's lock). Returns the site's ``index.html``; None (logged) if GX
+    could not build it: the docs show the verdict, they are not part of it.
     """
     target = paths.validation_dir / DATA_DOCS_DIR
+    for leftover in paths.validation_dir.glob(f".{DATA_DOCS_DIR}.*"):  # staging_name's
+        shutil.rmtree(leftover, ignore_errors=True)
     staging = paths.validation_dir / staging_name(DATA_DOCS_DIR, ".staging")
     site = {
         "class_name": "SiteBuilder",

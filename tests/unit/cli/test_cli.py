@@ -418,6 +418,18 @@ def test_serve_on_an_address_of_another_machine_says_so(recs, host, every):
     )
 
 
+def test_serve_help_gives_the_settings_defaults(recs):
+    """(From a newcomer: "Default api_host.") Each default, as the settings have it."""
+    from recs.config import Settings
+
+    code, out, _ = recs("serve", "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    for option, name in (("host", "api_host"), ("port", "api_port"), ("workers", "api_workers")):
+        default = Settings.model_fields[name].default
+        assert f"(default {default}, RECS_{name.upper()})" in text, option
+
+
 def test_recommend_limit_help_gives_the_settings_default(recs):
     """The help spells the default out (the CLI does not import the settings to start); it must
     be the setting's."""

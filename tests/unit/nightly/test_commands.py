@@ -168,6 +168,9 @@ def test_rollback_command(recs, tmp_path):
     assert current_version(home / "published") == "night_1"
     code, out, _ = recs("rollback", "--to", "night_2", "--json")
     assert json.loads(out) == {"run_id": "night_2", "previous": "night_1", "changed": True}
+    (home / "published" / "CURRENT").write_text("")  # damaged from outside, then mended
+    code, out, _ = recs("rollback", "--to", "night_1")
+    assert code == 0 and "CURRENT: night_1 (was none)" in out  # (a newcomer: "was None")
 
 
 def age(path, day: dt.date) -> None:
@@ -733,6 +736,15 @@ def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp
     assert code == 0 and f"run {long} ({day})" in out
     code, _, err = recs("report", "--run-id", "nope")  # runs there are, none of that id
     assert code == 2 and "no run nope under" in one_error(err)
+    import shutil
+
+    shutil.rmtree(paths.run_dir)  # as recs gc does past RECS_RUN_RETENTION_DAYS
+    code, _, err = recs("report", "--run-id", long)  # (a newcomer: sent to `recs runs`, which
+    assert code == 2 and one_error(err).endswith(  # lists it, and round again)
+        f"its folder is gone (`recs gc` removes runs older than RECS_RUN_RETENTION_DAYS), its "
+        f"published version is not: `recs runs show {long}` shows that"
+    )
+    assert recs("runs", "show", long)[0] == 0
 
 
 def test_recs_runs_keeps_a_run_id_whole_beside_200_carried_over_shards(recs, tmp_path):

@@ -285,6 +285,8 @@ def test_data_docs_are_built_from_the_results_and_named_in_the_log(good_run, cap
     assert str(paths.validation_dir / "results.json") in line and str(index) in line
 
     (paths.validation_dir / "data_docs" / "stale.html").write_text("left by an earlier attempt")
+    killed = paths.validation_dir / ".data_docs.4242-0badcafe.staging" / "validations"
+    killed.mkdir(parents=True)  # an attempt stopped by Ctrl-C (a newcomer: it stayed for good)
     rewrite_shard(paths, 0, _set("rank", 7, where=_row(6, 2)))
     with pytest.raises(ValidationFailedError) as raised:
         validate_run(paths, settings)
