@@ -57,7 +57,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
             "traversals": traversals,
             "shard seconds (sum)": round(shard_seconds, 3),
             # the tasks' whole time (a fresh machine's first also compiles the kernel), and
-            # the compiled kernel's alone: the rate `make bench` measures per core
+            # the compiled kernel's alone, its compiling left out (a newcomer's demo read
+            # 3.1 M/s, one shard's 6.3 s of compiling in it): the rate `make bench` measures
             "traversals per shard second": int(traversals / shard_seconds) if shard_seconds else 0,
             "traversals per kernel second": (
                 int(traversals / kernel_seconds) if kernel_seconds else 0

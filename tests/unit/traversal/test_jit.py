@@ -70,3 +70,31 @@ def test_changing_a_stage_module_recompiles_the_cached_kernel(tmp_path):
     assert formula in source
     ranking.write_text(source.replace(formula, "1.0 + " + formula))
     assert scores() == [1.356, 1.356]
+
+
+def test_compile_timer_counts_compiling_once_and_not_running():
+    """A fresh function whose compile includes a fresh callee's: counted once (the outermost
+    event), more than nothing and within the block's wall time; called again, nothing to count
+    (a newcomer's demo rate had one shard's compiling in it)."""
+    import time
+
+    from numba import njit
+
+    from recs.traversal.jit import compile_timer
+
+    @njit
+    def callee(a):
+        return a * 2
+
+    @njit
+    def caller(a):
+        return callee(a) + 1
+
+    started = time.perf_counter()
+    with compile_timer() as seconds:
+        assert caller(20) == 41
+    wall = time.perf_counter() - started
+    assert 0.0 < seconds[0] <= wall
+    with compile_timer() as again:
+        assert caller(1) == 3
+    assert again == [0.0]
