@@ -558,23 +558,50 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
     and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
     behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
-    comparing with nothing (``baseline``). A write that fails raises ``SwitchError`` saying
+    comparing with nothing (``baseline``).
+
+    A write that fails (an ``OSError``, or Ctrl-C) before ``CURRENT`` moved sets the store's
+    record back to the one it replaced (``_set_back``), so running the command again is not
+    refused as from a stale copy (``served``). An ``OSError`` raises ``SwitchError`` saying
     whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
     the rename (the folder's fsync), and then a plain rollback run again would go one version
     further back."""
-    _record_in_run_store(run_id)
+    store = run_store()
+    before = store.current() if store is not None else None
+    if store is not None:
+        store.set_current(run_id)
     try:
         with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
             handle.write(f"{run_id}\n")
-    except OSError as error:
-        raise SwitchError(_switch_failed(published_dir, run_id, error)) from error
+    except BaseException as error:  # an OSError, or Ctrl-C: is the store's record right?
+        try:
+            moved = (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip() == run_id
+        except (OSError, UnicodeDecodeError):
+            moved = None  # unknown: the record stays
+        set_back = _set_back(store, run_id, before) if moved is False else None
+        if isinstance(error, OSError):
+            raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
+        raise
 
 
-def _switch_failed(published_dir: Path, run_id: str, error: OSError) -> str:
+def _set_back(store: Any, run_id: str, before: str | None) -> str | None:
+    """Put the run store's record of ``CURRENT`` back to ``before`` (``""``: none) after a
+    switch to ``run_id`` that did not happen here, unless it no longer records ``run_id``
+    (another machine switched since: its record stands). Returns why it could not, or None."""
+    if store is None:
+        return None
+    try:
+        if store.current() == run_id:
+            store.set_current(before or "")
+    except RecsError as error:
+        return str(error)
+    return None
+
+
+def _switch_failed(published_dir: Path, run_id: str, error: OSError, set_back: str | None) -> str:
     """What an operator must know of a failed switch to ``run_id``: whether it happened, read
-    back strictly (an unreadable ``CURRENT`` is not "nothing"). When it did not, a run store's
-    record, made first, is set back to what ``CURRENT`` names, so that running the command
-    again is not refused as from a stale copy (``served``)."""
+    back strictly (an unreadable ``CURRENT`` is not "nothing"), and whether the run store's
+    record could not be set back (``set_back``: why)."""
     what = f"could not make CURRENT name {run_id}: {error}"
     try:
         now = current_version(published_dir)
@@ -589,13 +616,11 @@ def _switch_failed(published_dir: Path, run_id: str, error: OSError) -> str:
             "check it with `recs runs` before running anything again (a plain `recs rollback` "
             "again would go one version further back)"
         )
-    try:
-        _record_in_run_store(now or "")  # "" records none (nothing was current)
-    except RecsError as store_error:
+    if set_back is not None:
         mend = f"`recs rollback --to {now}` here records it" if now else "correct its record"
         return (
             f"{what}; CURRENT still names {now or 'nothing'}, but the run store records "
-            f"{run_id} and could not be set back ({store_error}): {mend}, then run the command "
+            f"{run_id} and could not be set back ({set_back}): {mend}, then run the command "
             "again"
         )
     return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"

@@ -538,11 +538,14 @@ def remove(home: Path, name: str) -> str:
     """Remove the retained snapshot ``snapshots/<name>/`` (if any) and its lock file, holding
     that lock, taken without waiting (``recs gc``; without it, the lock files of every date
     ever frozen stay). Returns ``REMOVED``, ``NO_FOLDER`` or ``BUSY``; raises ``OSError`` for
-    a lock or folder it cannot remove (gc reports it and goes on)."""
+    a lock or folder it cannot remove, or a symbolic link in the folder's place (gc reports it
+    and goes on)."""
     target = Path(home) / "snapshots" / name
     lock = _lock_file(target)
     if not lock.parent.is_dir():
         return NO_FOLDER
+    if target.is_symlink():  # an operator's: gc removes no data it did not write
+        raise OSError(f"{target} is a symbolic link: left, with what it points at")
     with lock.open("a") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -550,7 +553,7 @@ def remove(home: Path, name: str) -> str:
             return BUSY
         if not _still_at(handle, lock):
             return NO_FOLDER  # another remover took it away meanwhile
-        found = target.is_dir() and not target.is_symlink()
+        found = target.is_dir()
         if found:
             shutil.rmtree(target)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file

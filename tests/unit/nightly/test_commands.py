@@ -288,7 +288,7 @@ def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
 
 
 def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_one(
-    recs, tmp_path
+    recs, tmp_path, caplog
 ):
     """Under snapshots/ (30-day retention, today 2026-12-01, so dates before 2026-11-01 go):
     2026-10-01 retained with its lock file; 2026-10-02 a lock file only (a refused freeze);
@@ -316,6 +316,7 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
         assert names() == before
         code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
         assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
+        assert "left snapshots/2026-10-03: a freeze of that date holds its lock" in caplog.text
         assert names() == [
             ".2026-10-03.lock", ".2026-11-20.lock", ".notes.lock", "2026-10-03", "2026-11-20"
         ]
@@ -334,10 +335,17 @@ def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
     for name in ("2026-10-01", "2026-10-02"):
         (root / name).mkdir(parents=True)
     (root / ".2026-10-01.lock").mkdir()
+    elsewhere = tmp_path / "other disk" / "2026-10-03"
+    elsewhere.mkdir(parents=True)
+    (root / "2026-10-03").symlink_to(elsewhere)  # an operator's: left, and said (a 2nd review)
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-02"]
     assert "left snapshots/2026-10-01: [Errno 21] Is a directory" in caplog.text
-    assert sorted(p.name for p in root.iterdir()) == [".2026-10-01.lock", "2026-10-01"]
+    assert f"left snapshots/2026-10-03: {root / '2026-10-03'} is a symbolic link" in caplog.text
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".2026-10-01.lock", "2026-10-01", "2026-10-03"
+    ]
+    assert elsewhere.is_dir()
     assert retained.remove(tmp_path / "home", "2026-10-02") == retained.NO_FOLDER
 
 

@@ -207,6 +207,22 @@ def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_p
             )
         assert rollback(three, to="night_3")["changed"] is False  # the mend the error gives
         assert store.current() == "night_3"
+
+        def interrupted(path, **kwargs):  # Ctrl-C as CURRENT is written (a second review)
+            raise KeyboardInterrupt
+
+        def another_machine_meanwhile(path, **kwargs):
+            real_set(store, "night_1")  # its switch, between ours to the store and to CURRENT
+            return full_disk(path, **kwargs)
+
+        for fault, recorded in ((interrupted, "night_3"), (another_machine_meanwhile, "night_1")):
+            with monkeypatch.context() as patch:
+                patch.setattr(publishing, "atomic_write", fault)
+                with pytest.raises((KeyboardInterrupt, SwitchError)):
+                    rollback(three)
+            assert store.current() == recorded  # set back, or the other machine's left alone
+            assert current_version(three.published_dir) == "night_3"
+        real_set(store, "night_3")
         assert rollback(three)["run_id"] == "night_2"
         assert current_version(three.published_dir) == store.current() == "night_2"
     finally:
@@ -234,6 +250,43 @@ def test_an_os_error_no_command_handles_is_one_line_and_exit_74(tmp_path, monkey
     assert capsys.readouterr().err == (
         f"recs: error: [Errno 13] Permission denied: '{tmp_path / 'home' / 'published'}'\n"
     )
+
+
+def test_a_first_switch_that_failed_leaves_the_run_store_recording_none(
+    three, tmp_path, monkeypatch
+):
+    """(A second review.) A run store that records nothing yet, and CURRENT damaged from
+    outside (empty): `recs rollback --to night_2` fails as it writes CURRENT. The store's record,
+    made first, goes back to none (a strict read-back of the damaged CURRENT left it on
+    night_2, and every command after was refused as from a stale copy); the same command run
+    again then works."""
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+    from recs.nightly import publish as publishing
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    real_write = publishing.atomic_write
+
+    def full_disk(path, **kwargs):
+        if path.name == "CURRENT":
+            raise OSError(28, "No space left on device")
+        return real_write(path, **kwargs)
+
+    try:
+        (three.published_dir / "CURRENT").write_text("")
+        with monkeypatch.context() as patch:
+            patch.setattr(publishing, "atomic_write", full_disk)
+            with pytest.raises(SwitchError, match="CURRENT cannot be read back"):
+                rollback(three, to="night_2")
+        assert artifacts.RunStore(url).current() is None
+        assert rollback(three, to="night_2")["run_id"] == "night_2"
+        assert artifacts.RunStore(url).current() == "night_2"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
 
 
 def test_rollback_to_a_named_version(three):
