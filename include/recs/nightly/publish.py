@@ -50,7 +50,7 @@ from recs.errors import (
 )
 from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
-from recs.nightly.artifacts import run_store
+from recs.nightly.artifacts import RunStore, run_store
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -576,6 +576,8 @@ def _write_current(published_dir: Path, run_id: str) -> None:
     except BaseException as error:  # an OSError, or Ctrl-C: is the store's record right?
         try:
             moved = (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip() == run_id
+        except FileNotFoundError:
+            moved = False  # a first switch
         except (OSError, UnicodeDecodeError):
             moved = None  # unknown: the record stays
         set_back = _set_back(store, run_id, before) if moved is False else None
@@ -584,7 +586,7 @@ def _write_current(published_dir: Path, run_id: str) -> None:
         raise
 
 
-def _set_back(store: Any, run_id: str, before: str | None) -> str | None:
+def _set_back(store: RunStore | None, run_id: str, before: str | None) -> str | None:
     """Put the run store's record of ``CURRENT`` back to ``before`` (``""``: none) after a
     switch to ``run_id`` that did not happen here, unless it no longer records ``run_id``
     (another machine switched since: its record stands). Returns why it could not, or None."""

@@ -256,10 +256,10 @@ def test_a_first_switch_that_failed_leaves_the_run_store_recording_none(
     three, tmp_path, monkeypatch
 ):
     """(A second review.) A run store that records nothing yet, and CURRENT damaged from
-    outside (empty): `recs rollback --to night_2` fails as it writes CURRENT. The store's record,
-    made first, goes back to none (a strict read-back of the damaged CURRENT left it on
-    night_2, and every command after was refused as from a stale copy); the same command run
-    again then works."""
+    outside (empty), or none at all (a first switch): `recs rollback --to night_2` fails as it
+    writes CURRENT. The store's record, made first, goes back to none (a strict read-back of
+    the damaged CURRENT left it on night_2, and every command after was refused as from a
+    stale copy); the same command run again then works."""
     from recs.config import get_settings
     from recs.nightly import artifacts
     from recs.nightly import publish as publishing
@@ -276,14 +276,20 @@ def test_a_first_switch_that_failed_leaves_the_run_store_recording_none(
         return real_write(path, **kwargs)
 
     try:
-        (three.published_dir / "CURRENT").write_text("")
-        with monkeypatch.context() as patch:
-            patch.setattr(publishing, "atomic_write", full_disk)
-            with pytest.raises(SwitchError, match="CURRENT cannot be read back"):
-                rollback(three, to="night_2")
-        assert artifacts.RunStore(url).current() is None
-        assert rollback(three, to="night_2")["run_id"] == "night_2"
-        assert artifacts.RunStore(url).current() == "night_2"
+        for damage, says in (("", "CURRENT cannot be read back"), (None, "still names nothing")):
+            current = three.published_dir / "CURRENT"
+            if damage is None:
+                current.unlink()  # none at all, as before a first publish
+            else:
+                current.write_text(damage)
+            with monkeypatch.context() as patch:
+                patch.setattr(publishing, "atomic_write", full_disk)
+                with pytest.raises(SwitchError, match=says):
+                    rollback(three, to="night_2")
+            assert artifacts.RunStore(url).current() is None
+            assert rollback(three, to="night_2")["run_id"] == "night_2"
+            assert artifacts.RunStore(url).current() == "night_2"
+            artifacts.RunStore(url).set_current("")  # as before the next case
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
