@@ -214,7 +214,7 @@ class RunStore:
     def set_current(self, run_id: str) -> None:
         """Record the switch of ``CURRENT`` to ``run_id``: written aside, then moved over the
         record, so a reader sees the old name or the new one (as the markers). ``""`` records
-        none (``publish._set_back`` undoing a first switch that failed)."""
+        none (``switch._set_back`` undoing a first switch that failed)."""
         final = f"{self.root}/{CURRENT}"
         staged = f"{final.rsplit('/', 1)[0]}/{staging_name('CURRENT', '.tmp')}"
         self._io("write CURRENT", self.fs.pipe_file, staged, f"{run_id}\n".encode())

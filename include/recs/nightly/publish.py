@@ -14,7 +14,7 @@
    replaces only that run's folder, by an atomic exchange of the two folders (Linux
    ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames).
 4. Makes the version visible by one atomic, durable replace of ``published/CURRENT``
-   (``recs.files.atomic_write``) -- unless the current version has a later snapshot date: a
+   (``recs.nightly.switch``) -- unless the current version has a later snapshot date: a
    backfill of an older date is published but does not replace tonight's list.
 
 Previous versions stay; ``rollback`` and ``set_current`` point ``CURRENT`` back at one of them
@@ -44,13 +44,11 @@ from recs.errors import (
     NothingToValidateError,
     RecsError,
     RunNotFoundError,
-    SwitchError,
     ValidationEngineError,
     ValidationFailedError,
 )
-from recs.files import atomic_write, fsync_dir, link_or_copy, read_json, sha256_file, write_json
+from recs.files import fsync_dir, link_or_copy, read_json, sha256_file, write_json
 from recs.nightly import history
-from recs.nightly.artifacts import RunStore, run_store
 from recs.nightly.carryover import (
     CARRIED_OVER,
     COMPUTED,
@@ -61,9 +59,9 @@ from recs.nightly.carryover import (
 from recs.nightly.gate_inputs import eligible_users
 from recs.nightly.runs import RunPaths, check_run_id
 from recs.nightly.served import refuse_unseen
+from recs.nightly.switch import record_event, record_in_run_store, write_current
 from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
-    CURRENT_FILE,
     MANIFEST_FILE,
     RECOMMENDATIONS_FILE,
     check_version,
@@ -124,7 +122,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
     served one: ``served.unseen_current``); ``SwitchError`` if ``CURRENT`` cannot be written
-    (saying whether it names the run now: ``_write_current``).
+    (saying whether it names the run now: ``switch.write_current``).
     """
     summary = _validated_summary(paths, settings)
     published_dir = Path(settings.published_dir)
@@ -144,8 +142,8 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if newer is None:
-            _record_event(published_dir, "publish", run_id, previous, current=True)  # first
-            _write_current(published_dir, run_id)  # (why: recs.nightly.history)
+            record_event(published_dir, "publish", run_id, previous, current=True)  # first
+            write_current(published_dir, run_id)  # (why: recs.nightly.history)
         else:
             log.warning(
                 "published %s but left CURRENT on %s: its snapshot %s is newer than %s "
@@ -156,7 +154,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 paths.snapshot_date.isoformat(),
                 run_id,
             )
-            _record_event(published_dir, "publish", run_id, previous, current=False)
+            record_event(published_dir, "publish", run_id, previous, current=False)
 
     return {
         "run_id": run_id,
@@ -191,8 +189,8 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
         refuse_unseen(published_dir, previous, "set_current")
-        _record_event(published_dir, "set_current", run_id, previous, current=True)
-        _write_current(published_dir, run_id)
+        record_event(published_dir, "set_current", run_id, previous, current=True)
+        write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
 
 
@@ -232,10 +230,10 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
             refuse_unseen(published_dir, current, "recs rollback")
-            _record_event(published_dir, "rollback", target, current, current=True)
-            _write_current(published_dir, target)
+            record_event(published_dir, "rollback", target, current, current=True)
+            write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
-            _record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
+            record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
     return {"run_id": target, "previous": current, "changed": target != current}
 
 
@@ -536,102 +534,6 @@ def _empty_dir(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir()
     return path
-
-
-def _record_event(
-    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
-) -> None:
-    """``history.record``, its ``OSError`` (a full disk) a ``SwitchError`` saying that nothing
-    was switched: the event is appended before ``CURRENT`` is touched."""
-    try:
-        history.record(published_dir, action, run_id, previous, current=current)
-    except OSError as error:
-        raise SwitchError(
-            f"could not record the {action} of {run_id} in {history.HISTORY_FILE}: {error}; "
-            f"CURRENT still names {previous or 'nothing'} (nothing was switched), so run the "
-            "command again once the history can be written"
-        ) from error
-
-
-def _write_current(published_dir: Path, run_id: str) -> None:
-    """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one.
-    With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
-    and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
-    behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
-    comparing with nothing (``baseline``).
-
-    A write that fails (an ``OSError``, or Ctrl-C) before ``CURRENT`` moved sets the store's
-    record back to the one it replaced (``_set_back``), so running the command again is not
-    refused as from a stale copy (``served``). An ``OSError`` raises ``SwitchError`` saying
-    whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
-    the rename (the folder's fsync), and then a plain rollback run again would go one version
-    further back."""
-    store = run_store()
-    before = store.current() if store is not None else None
-    if store is not None:
-        store.set_current(run_id)
-    try:
-        with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
-            handle.write(f"{run_id}\n")
-    except BaseException as error:  # an OSError, or Ctrl-C: is the store's record right?
-        try:
-            moved = (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip() == run_id
-        except FileNotFoundError:
-            moved = False  # a first switch
-        except (OSError, UnicodeDecodeError):
-            moved = None  # unknown: the record stays
-        set_back = _set_back(store, run_id, before) if moved is False else None
-        if isinstance(error, OSError):
-            raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
-        raise
-
-
-def _set_back(store: RunStore | None, run_id: str, before: str | None) -> str | None:
-    """Put the run store's record of ``CURRENT`` back to ``before`` (``""``: none) after a
-    switch to ``run_id`` that did not happen here, unless it no longer records ``run_id``
-    (another machine switched since: its record stands). Returns why it could not, or None."""
-    if store is None:
-        return None
-    try:
-        if store.current() == run_id:
-            store.set_current(before or "")
-    except RecsError as error:
-        return str(error)
-    return None
-
-
-def _switch_failed(published_dir: Path, run_id: str, error: OSError, set_back: str | None) -> str:
-    """What an operator must know of a failed switch to ``run_id``: whether it happened, read
-    back strictly (an unreadable ``CURRENT`` is not "nothing"), and whether the run store's
-    record could not be set back (``set_back``: why)."""
-    what = f"could not make CURRENT name {run_id}: {error}"
-    try:
-        now = current_version(published_dir)
-    except RecsError as unreadable:
-        return (
-            f"{what}; CURRENT cannot be read back ({unreadable}): check it with `recs runs` "
-            "before running anything again"
-        )
-    if now == run_id:
-        return (
-            f"{what}; CURRENT names {run_id} now, but the switch may not survive a crash: "
-            "check it with `recs runs` before running anything again (a plain `recs rollback` "
-            "again would go one version further back)"
-        )
-    if set_back is not None:
-        mend = f"`recs rollback --to {now}` here records it" if now else "correct its record"
-        return (
-            f"{what}; CURRENT still names {now or 'nothing'}, but the run store records "
-            f"{run_id} and could not be set back ({set_back}): {mend}, then run the command "
-            "again"
-        )
-    return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
-
-
-def _record_in_run_store(run_id: str) -> None:
-    store = run_store()
-    if store is not None:
-        store.set_current(run_id)
 
 
 @contextmanager

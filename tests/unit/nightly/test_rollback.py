@@ -71,13 +71,13 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
     what night_4 replaced, the retry recorded night_4 replacing itself, and the rollback went
     to night_3. Appended before the switch, the retry and the rollback are right. A retried
     rollback goes one version back, not two; an append torn mid-line loses no later event."""
-    from recs.nightly import publish as publishing
+    from recs.nightly import switch
 
     rollback(three)
     paths, settings = write_good_run(three.home, run_id="night_4",
                                      snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
     validate_run(paths, settings)
-    atomic_write = publishing.atomic_write
+    atomic_write = switch.atomic_write
 
     def full_disk(path, **kwargs):
         if path.name == "CURRENT":
@@ -94,14 +94,14 @@ def test_a_switch_that_failed_or_a_torn_append_leaves_the_rollback_target_right(
             publish_run(paths, settings)
     assert current_version(published) == "night_2"
     with monkeypatch.context() as patch:  # the switch fails after the append
-        patch.setattr(publishing, "atomic_write", full_disk)
+        patch.setattr(switch, "atomic_write", full_disk)
         with pytest.raises(SwitchError, match="No space left.*still names night_2, so run"):
             publish_run(paths, settings)
     assert current_version(published) == "night_2"
     assert publish_run(paths, settings)["previous"] == "night_2"  # the retry
     assert history.predecessor(published, "night_4") == "night_2"
     with monkeypatch.context() as patch:
-        patch.setattr(publishing, "atomic_write", full_disk)
+        patch.setattr(switch, "atomic_write", full_disk)
         with pytest.raises(SwitchError, match="No space left.*still names night_4"):
             rollback(three)
     assert current_version(published) == "night_4"
@@ -121,7 +121,7 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
     from recs import cli
     from recs.config import get_settings
     from recs.files import atomic_write
-    from recs.nightly import publish as publishing
+    from recs.nightly import switch
 
     @contextlib.contextmanager
     def fsync_fails(path, **kwargs):
@@ -129,7 +129,7 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
             yield handle
         raise OSError(5, "Input/output error", str(path.parent))
 
-    monkeypatch.setattr(publishing, "atomic_write", fsync_fails)
+    monkeypatch.setattr(switch, "atomic_write", fsync_fails)
     with pytest.raises(SwitchError) as raised:
         rollback(three)
     assert str(raised.value) == (
@@ -157,7 +157,7 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
         path.mkdir()  # reading it raises IsADirectoryError
         raise OSError(5, "Input/output error", str(path.parent))
 
-    monkeypatch.setattr(publishing, "atomic_write", moved_then_unreadable)
+    monkeypatch.setattr(switch, "atomic_write", moved_then_unreadable)
     with pytest.raises(SwitchError, match="night_2: .Errno 5.*CURRENT cannot be read back"):
         rollback(three, to="night_2")
 
@@ -168,15 +168,14 @@ def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_p
     of night_2 is set back to night_3, so running the rollback again is not refused as from a
     stale copy; it goes to night_2. When the store cannot be set back, the error says how."""
     from recs.config import get_settings
-    from recs.nightly import artifacts
-    from recs.nightly import publish as publishing
+    from recs.nightly import artifacts, switch
 
     url = (tmp_path / "store").as_uri()
     monkeypatch.setenv("RECS_RUN_STORE_URL", url)
     get_settings.cache_clear()
     artifacts._open.cache_clear()
     store = artifacts.RunStore(url)
-    real_write, real_set = publishing.atomic_write, artifacts.RunStore.set_current
+    real_write, real_set = switch.atomic_write, artifacts.RunStore.set_current
 
     def full_disk(path, **kwargs):
         if path.name == "CURRENT":
@@ -192,7 +191,7 @@ def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_p
         rollback(three, to="night_3")  # records night_3 there (a deployment setting one)
         assert store.current() == "night_3"
         with monkeypatch.context() as patch:
-            patch.setattr(publishing, "atomic_write", full_disk)
+            patch.setattr(switch, "atomic_write", full_disk)
             with pytest.raises(SwitchError, match="still names night_3, so run the command"):
                 rollback(three)
             assert store.current() == "night_3"
@@ -217,7 +216,7 @@ def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_p
 
         for fault, recorded in ((interrupted, "night_3"), (another_machine_meanwhile, "night_1")):
             with monkeypatch.context() as patch:
-                patch.setattr(publishing, "atomic_write", fault)
+                patch.setattr(switch, "atomic_write", fault)
                 with pytest.raises((KeyboardInterrupt, SwitchError)):
                     rollback(three)
             assert store.current() == recorded  # set back, or the other machine's left alone
@@ -261,14 +260,13 @@ def test_a_first_switch_that_failed_leaves_the_run_store_recording_none(
     the damaged CURRENT left it on night_2, and every command after was refused as from a
     stale copy); the same command run again then works."""
     from recs.config import get_settings
-    from recs.nightly import artifacts
-    from recs.nightly import publish as publishing
+    from recs.nightly import artifacts, switch
 
     url = (tmp_path / "store").as_uri()
     monkeypatch.setenv("RECS_RUN_STORE_URL", url)
     get_settings.cache_clear()
     artifacts._open.cache_clear()
-    real_write = publishing.atomic_write
+    real_write = switch.atomic_write
 
     def full_disk(path, **kwargs):
         if path.name == "CURRENT":
@@ -283,7 +281,7 @@ def test_a_first_switch_that_failed_leaves_the_run_store_recording_none(
             else:
                 current.write_text(damage)
             with monkeypatch.context() as patch:
-                patch.setattr(publishing, "atomic_write", full_disk)
+                patch.setattr(switch, "atomic_write", full_disk)
                 with pytest.raises(SwitchError, match=says):
                     rollback(three, to="night_2")
             assert artifacts.RunStore(url).current() is None

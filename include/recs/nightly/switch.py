@@ -1,0 +1,115 @@
+"""Switching ``CURRENT``: the publish-history event first, then the run store's record, then
+the file, and what a failure at each step leaves and says.
+
+``record_event`` appends the event (``recs.nightly.history``: why first); a failed append is a
+``SwitchError`` saying nothing was switched. ``write_current`` records the switch in the run
+store (``artifacts.RunStore.set_current``), then replaces ``published/CURRENT`` atomically and
+durably; a write that fails sets the store's record back where it did not move, and says
+whether it moved (``SwitchError``). Callers hold the publisher lock (``publish.publisher_lock``):
+``publish_run``, ``set_current`` and ``rollback``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recs.errors import RecsError, SwitchError
+from recs.files import atomic_write
+from recs.nightly import history
+from recs.nightly.artifacts import RunStore, run_store
+from recs.published import CURRENT_FILE, current_version
+
+
+def record_event(
+    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
+) -> None:
+    """``history.record``, its ``OSError`` (a full disk) a ``SwitchError`` saying that nothing
+    was switched: the event is appended before ``CURRENT`` is touched."""
+    try:
+        history.record(published_dir, action, run_id, previous, current=current)
+    except OSError as error:
+        raise SwitchError(
+            f"could not record the {action} of {run_id} in {history.HISTORY_FILE}: {error}; "
+            f"CURRENT still names {previous or 'nothing'} (nothing was switched), so run the "
+            "command again once the history can be written"
+        ) from error
+
+
+def write_current(published_dir: Path, run_id: str) -> None:
+    """Replace ``CURRENT`` atomically and durably: readers see the old name or the new one.
+    With a run store, the switch is recorded there first (``artifacts.RunStore.set_current``)
+    and a store that fails leaves ``CURRENT`` as it was (``RunStoreError``): the record is never
+    behind the switch, so a gate on a machine that does not see ``published/`` errors instead of
+    comparing with nothing (``baseline``).
+
+    A write that fails (an ``OSError``, or Ctrl-C) before ``CURRENT`` moved sets the store's
+    record back to the one it replaced (``_set_back``), so running the command again is not
+    refused as from a stale copy (``served``). An ``OSError`` raises ``SwitchError`` saying
+    whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
+    the rename (the folder's fsync), and then a plain rollback run again would go one version
+    further back."""
+    store = run_store()
+    before = store.current() if store is not None else None
+    if store is not None:
+        store.set_current(run_id)
+    try:
+        with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
+            handle.write(f"{run_id}\n")
+    except BaseException as error:  # an OSError, or Ctrl-C: is the store's record right?
+        try:
+            moved = (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip() == run_id
+        except FileNotFoundError:
+            moved = False  # a first switch
+        except (OSError, UnicodeDecodeError):
+            moved = None  # unknown: the record stays
+        set_back = _set_back(store, run_id, before) if store and moved is False else None
+        if isinstance(error, OSError):
+            raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
+        raise
+
+
+def _set_back(store: RunStore, run_id: str, before: str | None) -> str | None:
+    """Put the run store's record of ``CURRENT`` back to ``before`` (``""``: none) after a
+    switch to ``run_id`` that did not happen here, unless it no longer records ``run_id``
+    (another machine switched since: its record stands). Returns why it could not, or None."""
+    try:
+        if store.current() == run_id:
+            store.set_current(before or "")
+    except RecsError as error:
+        return str(error)
+    return None
+
+
+def _switch_failed(published_dir: Path, run_id: str, error: OSError, set_back: str | None) -> str:
+    """What an operator must know of a failed switch to ``run_id``: whether it happened, read
+    back strictly (an unreadable ``CURRENT`` is not "nothing"), and whether the run store's
+    record could not be set back (``set_back``: why)."""
+    what = f"could not make CURRENT name {run_id}: {error}"
+    try:
+        now = current_version(published_dir)
+    except RecsError as unreadable:
+        return (
+            f"{what}; CURRENT cannot be read back ({unreadable}): check it with `recs runs` "
+            "before running anything again"
+        )
+    if now == run_id:
+        return (
+            f"{what}; CURRENT names {run_id} now, but the switch may not survive a crash: "
+            "check it with `recs runs` before running anything again (a plain `recs rollback` "
+            "again would go one version further back)"
+        )
+    if set_back is not None:
+        mend = f"`recs rollback --to {now}` here records it" if now else "correct its record"
+        return (
+            f"{what}; CURRENT still names {now or 'nothing'}, but the run store records "
+            f"{run_id} and could not be set back ({set_back}): {mend}, then run the command "
+            "again"
+        )
+    return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
+
+
+def record_in_run_store(run_id: str) -> None:
+    """Record in the run store, if one is set, that ``CURRENT`` names ``run_id``."""
+    store = run_store()
+    if store is not None:
+        store.set_current(run_id)
