@@ -53,6 +53,17 @@ RunIdOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
 
+NewestDateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--snapshot-date",
+        help="The run's snapshot date, YYYY-MM-DD (default: the newest run's, or --run-id's).",
+    ),
+]
+"""The date of a command that reads a run (``report``, ``summary``, ``dbt-docs``): optional,
+``chosen_run`` finds the run without it; commands that change a run require ``SnapshotDate``."""
+
+
 # A user id is read as text and parsed by recs.serving.auth.parse_id (canonical decimal, 0 ..
 # 2**63-1), so `recs recommend -1` says what a user id is instead of "No such option: -1":
 # commands taking one accept unknown option-like words as arguments (a mistyped option then
@@ -69,6 +80,49 @@ def current_settings():
     from recs.config import get_settings
 
     return get_settings()
+
+
+def chosen_run(snapshot_date: str | None, run_id: str | None):
+    """The run a reading command is about (``RunPaths``): the given one; without a date, the
+    run of that id with the latest date, or without an id either, the newest run that froze a
+    snapshot (``list_runs``' order: the latest date, then the most recently changed). Raises
+    ``RunNotFoundError`` naming what to run or read instead."""
+    from recs.errors import RecsError, RunNotFoundError
+    from recs.nightly.runs import RunPaths, check_run_id
+    from recs.report.content import list_runs
+
+    settings = current_settings()
+    home = settings.home
+    if snapshot_date is None and run_id is not None:
+        check_run_id(run_id)  # a glob of safe characters only
+        dates = sorted(p.parent.name for p in (home / "runs").glob(f"????-??-??/{run_id}"))
+        if not dates and (settings.published_dir / run_id / "manifest.json").is_file():
+            raise RunNotFoundError(
+                f"no run {run_id} under {home}/runs: its folder is gone (`recs gc` removes "
+                f"runs older than RECS_RUN_RETENTION_DAYS), its published version is not: "
+                f"`recs runs show {run_id}` shows that"
+            )
+        if not dates:
+            raise RunNotFoundError(
+                f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
+            )
+        snapshot_date = dates[-1]
+    elif snapshot_date is None:  # the newest that froze its snapshot (a refused run may not)
+
+        def frozen(run: dict) -> bool:  # False for a folder not named as a run
+            try:
+                paths = RunPaths.create(home, run["snapshot_date"], run["run_id"])
+            except RecsError:
+                return False
+            return paths.snapshot_manifest.is_file()
+
+        newest = [r for r in list_runs(home, limit=50) if frozen(r)]
+        if not newest:
+            raise RunNotFoundError(
+                f"no run under {home}/runs: run `make demo` or `recs run --snapshot-date D` first"
+            )
+        snapshot_date, run_id = newest[0]["snapshot_date"], newest[0]["run_id"]
+    return RunPaths.find(home, snapshot_date, run_id)
 
 
 def emit(document: Any, as_json: bool, render) -> None:

@@ -18,9 +18,11 @@ from rich.table import Table
 from recs.cli.app import (
     RUN_ID_HELP,
     JsonOpt,
+    NewestDateOpt,
     RunIdOpt,
     SnapshotDate,
     app,
+    chosen_run,
     current_settings,
     emit,
     err,
@@ -125,11 +127,14 @@ def shard_run(
 
 
 @app.command("summary")
-def summary(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonOpt = False) -> None:
+def summary(
+    snapshot_date: NewestDateOpt = None, run_id: RunIdOpt = None, as_json: JsonOpt = False
+) -> None:
     """What one run did: snapshot counts, exports, per-shard users, rows, traversals, seconds."""
     from recs.nightly.reporting import run_summary
 
-    paths_doc = run_summary(current_settings().home, snapshot_date, run_id)
+    paths = chosen_run(snapshot_date, run_id)
+    paths_doc = run_summary(paths.home, paths.snapshot_date, paths.run_id)
     emit(paths_doc, as_json, _render_summary)
 
 

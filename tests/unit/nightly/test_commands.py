@@ -755,6 +755,33 @@ def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp
     assert recs("runs", "show", long)[0] == 0
 
 
+def test_summary_finds_its_run_as_report_does(recs, tmp_path):
+    """(A newcomer's.) ``recs summary`` without ``--snapshot-date`` reads the run ``recs
+    report`` reads: the newest that froze a snapshot, or the given run id's latest date; it
+    required the date before. Two runs of two dates: the later one is taken, and a run id
+    picks its own."""
+    home = tmp_path / "home"
+    for day, run_id in ((dt.date(2026, 10, 30), "older"), (dt.date(2026, 10, 31), "newer")):
+        paths, settings = write_good_run(home, run_id=run_id, snapshot_date=day)
+        paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        paths.snapshot_manifest.write_text(
+            json.dumps({"settings": settings.model_dump(mode="json"), "shard_count": 4})
+        )
+    titles = {}
+    for command in ("summary", "report"):
+        code, out, _ = recs(command)
+        assert code == 0, out
+        titles[command] = out.splitlines()[0].strip()
+    assert titles == {"summary": "run newer (2026-10-31)", "report": "run newer (2026-10-31)"}
+    code, out, _ = recs("summary", "--run-id", "older", "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert (document["run_id"], document["snapshot_date"]) == ("older", "2026-10-30")
+    assert document["totals"]["shards done"] == "4 of 4"
+    code, _, err = recs("summary", "--run-id", "nope")
+    assert code == 2 and "no run nope under" in one_error(err)
+
+
 def test_recs_runs_keeps_a_run_id_whole_beside_200_carried_over_shards(recs, tmp_path):
     """(From a review.) A version carrying 200 shards over from a 64-character run id: on 80
     columns its row keeps the run id, date and counts on one line (they were cut with "…" and
