@@ -11,6 +11,7 @@ whether it moved (``SwitchError``). Callers hold the publisher lock (``publish.p
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from recs.errors import RecsError, SwitchError
@@ -18,6 +19,8 @@ from recs.files import atomic_write
 from recs.nightly import history
 from recs.nightly.artifacts import RunStore, run_store
 from recs.published import CURRENT_FILE, current_version
+
+log = logging.getLogger("recs.nightly.switch")
 
 
 def record_event(
@@ -47,7 +50,8 @@ def write_current(published_dir: Path, run_id: str) -> None:
     refused as from a stale copy (``served``). An ``OSError`` raises ``SwitchError`` saying
     whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
     the rename (the folder's fsync), and then a plain rollback run again would go one version
-    further back."""
+    further back. Ctrl-C after the rename is raised as it came, after a warning saying so (the
+    command only says "aborted")."""
     store = run_store()
     before = store.current() if store is not None else None
     if store is not None:
@@ -65,6 +69,13 @@ def write_current(published_dir: Path, run_id: str) -> None:
         set_back = _set_back(store, run_id, before) if store and moved is False else None
         if isinstance(error, OSError):
             raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
+        if moved is not False:  # Ctrl-C after the rename (the folder's fsync): it happened
+            log.warning(
+                "interrupted while switching CURRENT to %s: CURRENT %s; check it with `recs "
+                "runs` before running anything again (a plain `recs rollback` again would go "
+                "one version further back)",
+                run_id, f"names {run_id} now" if moved else "cannot be read back",
+            )  # fmt: skip
         raise
 
 

@@ -162,6 +162,39 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
         rollback(three, to="night_2")
 
 
+def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, caplog):
+    """(A review's.) Ctrl-C as the folder is synced after CURRENT's rename: the interrupt goes
+    on (the command exits "aborted"), after a warning that CURRENT names the new version now,
+    so a plain rollback is not simply run again. Ctrl-C before the rename warns of nothing."""
+    from recs.files import atomic_write
+    from recs.nightly import switch
+
+    @contextlib.contextmanager
+    def interrupted_after_rename(path, **kwargs):
+        with atomic_write(path, **kwargs) as handle:
+            yield handle
+        raise KeyboardInterrupt
+
+    def interrupted_before(path, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(switch, "atomic_write", interrupted_before)
+    with caplog.at_level("WARNING", logger="recs.nightly.switch"):
+        with pytest.raises(KeyboardInterrupt):
+            rollback(three)
+        assert caplog.messages == []
+        assert current_version(three.published_dir) == "night_3"
+        monkeypatch.setattr(switch, "atomic_write", interrupted_after_rename)
+        with pytest.raises(KeyboardInterrupt):
+            rollback(three)
+    assert current_version(three.published_dir) == "night_2"
+    assert caplog.messages == [
+        "interrupted while switching CURRENT to night_2: CURRENT names night_2 now; check it "
+        "with `recs runs` before running anything again (a plain `recs rollback` again would "
+        "go one version further back)"
+    ]
+
+
 def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_path, monkeypatch):
     """(From a review.) With a run store, the switch is recorded there first. When the write of
     CURRENT then fails before its rename, CURRENT still names night_3, and the store's record
