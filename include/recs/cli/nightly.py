@@ -10,6 +10,7 @@ rerun). The gate's outcomes exit with their own codes (``recs.errors``).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
 import typer
@@ -228,7 +229,11 @@ def gc(
     ] = False,
     today: Annotated[
         str | None,
-        typer.Option("--today", help="Count ages from this date, YYYY-MM-DD (default: today UTC)."),
+        typer.Option(
+            "--today",
+            help="Count ages from this date, YYYY-MM-DD, not later than today (default: today "
+            "UTC).",
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -239,6 +244,15 @@ def gc(
     from recs.nightly.runs import parse_snapshot_date
 
     day = parse_snapshot_date(today, "--today date") if today is not None else None
+    if day is not None and day > dt.datetime.now(dt.UTC).date():
+        from recs.errors import InvalidDateError
+
+        # a mistyped year would count every folder old: runs and snapshots gone before their time
+        raise InvalidDateError(
+            f"invalid --today date {today!r}: later than today "
+            f"({dt.datetime.now(dt.UTC).date().isoformat()} UTC), so folders would be counted "
+            "older than they are; give today or an earlier date"
+        )
     result = collect_garbage(current_settings(), day, dry_run=dry_run)
 
     def render(doc):

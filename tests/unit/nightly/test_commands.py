@@ -236,6 +236,13 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
     code, _, err = recs("gc", "--today", "2026-13-01")
     assert code == 2 and "invalid --today date '2026-13-01': no such day" in one_error(err)
+    tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
+    (home / "snapshots" / "2026-11-16").mkdir()  # 15 days before 2026-12-01: not old yet
+    for when in (tomorrow, "2027-12-01"):  # a mistyped year would count every folder old
+        code, out, err = recs("gc", "--today", when)
+        assert code == 2 and out == ""
+        assert one_error(err).startswith(f"recs: error: invalid --today date '{when}': later than")
+    assert (home / "snapshots" / "2026-11-16").is_dir()
 
 
 @pytest.mark.parametrize("damage", ["", '{"run_id": "night_2", "shards"', "[1, 2]"])
