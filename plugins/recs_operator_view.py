@@ -21,9 +21,9 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from recs.assets import NIGHTLY_DAG_ID
+from recs.assets import NIGHTLY_DAG_ID, REPORT_URL_PREFIX
 
-URL_PREFIX = "/recs"
+HREF_ROOT = REPORT_URL_PREFIX.lstrip("/")  # the UI resolves external views' hrefs relatively
 
 
 class _ReportApp:
@@ -116,18 +116,18 @@ class RecsOperatorViewPlugin(AirflowPlugin):
 
     name = "recs_operator_view"
     fastapi_apps = [
-        {"app": _ReportApp(), "url_prefix": URL_PREFIX, "name": "recs: the operator's view"}
+        {"app": _ReportApp(), "url_prefix": REPORT_URL_PREFIX, "name": "recs: the operator's view"}
     ]
     external_views = [
         {
             "name": "Who to follow",
-            "href": "recs/",
+            "href": f"{HREF_ROOT}/",
             "destination": "nav",
             "url_route": "who-to-follow",
         },
         {
             "name": "Run report",
-            "href": "recs/runs/{DAG_ID}/{RUN_ID}",
+            "href": f"{HREF_ROOT}/runs/{{DAG_ID}}/{{RUN_ID}}",
             "destination": "dag_run",
             "url_route": "who-to-follow-run",
         },

@@ -23,5 +23,10 @@ PUBLISHED_ASSET_URI = "recs://who-to-follow/published"
 NIGHTLY_DAG_ID = "recs_who_to_follow_nightly"
 """The nightly DAG's id (its file ``dags/recs_who_to_follow_nightly.py``), for the UI plugin."""
 
+REPORT_URL_PREFIX = "/recs"
+"""Where the UI plugin (``plugins/recs_operator_view.py``) mounts the operator's view in
+Airflow's API server; a run's report is at ``{REPORT_URL_PREFIX}/runs/<dag_id>/<run_id>``
+(``run_id`` Airflow's, or the run folder's name)."""
+
 DUCKDB_WRITER_POOL = "recs_duckdb_writer"
 """Airflow pool of one slot: every task that opens a DuckDB file read-write runs alone."""

@@ -144,6 +144,7 @@ def run_report(
             "dbt_run_results": _if_file(paths.run_dir / DBT_RESULTS),
             "dbt_log": _if_file(paths.run_dir / DBT_LOG),
             "dbt_docs": _if_file(paths.run_dir / DBT_DOCS),
+            "stage_times": _if_file(paths.stage_times),  # recorded by `recs run` only
         },
     }
 

@@ -128,6 +128,32 @@ def test_a_recs_run_gives_its_stage_seconds_from_its_own_record(run):
     assert stages["publish_run"] is None
 
 
+def test_recs_report_says_where_a_dag_runs_stage_seconds_are(run):
+    """(From a newcomer: after `make demo`, a DAG run, `recs report` gave two stages' seconds
+    and nothing on the others.) Without `recs run`'s record, the text names the run view that
+    shows Airflow's task records; with it, only the seconds."""
+    from recs.cli.report import _stage_seconds
+
+    document = run_report(run)
+    assert document["files"]["stage_times"] is None
+    assert _stage_seconds(document, "night_1") == (
+        "build_models 9.0, traverse_shard 4.5 (from the run's files; every stage's are in "
+        "Airflow's task records: the run view /recs/runs/recs_who_to_follow_nightly/night_1 in "
+        "Airflow's UI)"
+    )
+    _write(run.stage_times, {"stages": {"freeze_snapshot": 2.5}})
+    document = run_report(run)
+    assert document["files"]["stage_times"] == str(run.stage_times)
+    assert _stage_seconds(document, "night_1") == (
+        "freeze_snapshot 2.5, build_models 9.0, traverse_shard 4.5"
+    )
+    airflow = [{"task_id": "publish_run", "map_index": -1, "state": "success",
+                "start_date": "2026-11-02T00:00:00+00:00", "end_date": "2026-11-02T00:00:03+00:00",
+                "duration": 3.0, "try_number": 1}]  # fmt: skip
+    run.stage_times.unlink()  # the view's own report: Airflow's records, no pointer to itself
+    assert _stage_seconds(run_report(run, airflow), "night_1") == "publish_run 3.0"
+
+
 def test_recs_report_names_the_checks_that_did_not_pass(run):
     """(From a newcomer: the text said "failed: 33 of 35 passed" only.)"""
     from recs.cli.report import _not_passed
