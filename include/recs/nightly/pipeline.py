@@ -50,9 +50,12 @@ _SHARD_DIR = re.compile(r"shard_id=(\d+)")
 
 
 def run_settings(paths: RunPaths) -> Settings:
-    """The settings frozen into the run's snapshot manifest (raises ``RunNotFoundError``)."""
+    """The settings frozen into the run's snapshot manifest, with ``home`` the one the run is
+    found under now (``paths.home``): what a run computes is frozen, where its home is is not
+    (a home moved or mounted elsewhere published into the old path, which another machine or
+    nothing held). Raises ``RunNotFoundError``."""
     manifest = read_json(paths.snapshot_manifest)
-    return Settings.model_validate(manifest["settings"])
+    return Settings.model_validate({**manifest["settings"], "home": str(paths.home)})
 
 
 def freeze_snapshot(

@@ -199,12 +199,13 @@ def is_complete(result: dict[str, Any]) -> bool:
 
 
 def inputs_fingerprint(paths: RunPaths, settings: Settings, shard_id: int) -> str:
-    """A digest of what a shard's checks read besides its output: the run's settings and, for
-    each input file (the shard's ``manifest.json``, its snapshot follow-edge and
+    """A digest of what a shard's checks read besides its output: the run's settings (not
+    ``home``: where the run is found, which each worker may mount elsewhere) and, for each
+    input file (the shard's ``manifest.json``, its snapshot follow-edge and
     ``follow_exclusions`` partitions, every ``eligible_users`` file,
-    ``candidate_profiles.parquet``), its path, size and modification time (every writer
-    replaces its files whole, so a changed input has a new ``mtime_ns``). Cheap: nothing is
-    read but directory entries."""
+    ``candidate_profiles.parquet``), its path relative to the run, size and modification time
+    (every writer replaces its files whole, so a changed input has a new ``mtime_ns``). Cheap:
+    nothing is read but directory entries."""
     files = [
         Path(paths.shard_manifest(shard_id)),  # its checks judge it too (the shards batch)
         *partition_files(Path(paths.snapshot_dir) / "follow_edges").get(shard_id, []),
@@ -220,8 +221,10 @@ def inputs_fingerprint(paths: RunPaths, settings: Settings, shard_id: int) -> st
             stats.append([str(path.relative_to(paths.run_dir)), found.st_size, found.st_mtime_ns])
         except (OSError, ValueError):
             stats.append([str(path), None, None])
-    document = json.dumps(
-        {"settings": settings.model_dump(mode="json"), "files": stats}, sort_keys=True, default=str
+    document = json.dumps(  # not ``home``: where the run is found, not what it computes
+        {"settings": settings.model_dump(mode="json", exclude={"home"}), "files": stats},
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(document.encode()).hexdigest()
 

@@ -353,3 +353,32 @@ def test_a_publisher_that_waits_for_the_lock_says_who_holds_it(tmp_path, caplog)
         holder.kill()
         holder.wait()
     assert (published / ".lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_a_moved_home_publishes_under_its_new_path(tmp_path):
+    """A run frozen under one home, whose home was then moved (or mounted at another path on
+    another worker): validate and publish go to the home the run is found under, not the one
+    frozen into its settings (they published into the old path, which no longer held it), and
+    the gate's input fingerprints do not change with the home's path."""
+    import shutil
+
+    from recs.nightly import pipeline, shard_gate
+    from recs.nightly.runs import RunPaths
+
+    paths, settings = write_good_run(tmp_path / "old", run_id="night_1")
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    before = [shard_gate.inputs_fingerprint(paths, pipeline.run_settings(paths), i) for i in (0, 1)]
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    moved = RunPaths.find(tmp_path / "new", DAY_1, "night_1")
+    assert pipeline.run_settings(moved).home == tmp_path / "new"
+    # the gate's saved shard results still match: the home is not what a shard's checks read
+    assert before == [
+        shard_gate.inputs_fingerprint(moved, pipeline.run_settings(moved), i) for i in (0, 1)
+    ]
+    assert pipeline.run_settings(moved).hop1_cap == settings.hop1_cap  # the rest stays frozen
+    pipeline.validate_run(moved)
+    assert pipeline.publish_run(moved)["current"] is True
+    assert current_version(tmp_path / "new" / "published") == "night_1"
+    assert not (tmp_path / "old").exists()
+
