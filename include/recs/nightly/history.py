@@ -99,9 +99,27 @@ def predecessor(published_dir: Path, run_id: str) -> str | None:
     return names[position - 1] if position else None
 
 
+def failed_switches(found: list[dict[str, Any]], current: str | None) -> list[bool]:
+    """For each event of ``found`` (``events``, oldest first), whether it records a switch of
+    ``CURRENT`` that did not happen: it was to make ``run_id`` current, and ``CURRENT`` still
+    named the event's ``previous`` afterwards (the next event's ``previous``, or ``current``,
+    what ``CURRENT`` names now, after the last). An event is appended before its switch, so a
+    switch that failed and was never retried leaves one (module docstring); a switch made by
+    hand between two events is not taken for a failure."""
+    after = [event.get("previous") for event in found[1:]] + [current] if found else []
+    return [
+        bool(event.get("current"))
+        and event.get("previous") != event["run_id"]
+        and named == event.get("previous")
+        for event, named in zip(found, after, strict=True)
+    ]
+
+
 def recency(published_dir: Path) -> list[str]:
     """Version names, least recently used first: by the last event naming each, after the
-    versions the history never names (those by snapshot date, then run id)."""
+    versions the history never names (those by snapshot date, then run id). A switch that
+    failed (``failed_switches``) counts as a use: its version is kept like a recent one, for
+    the retry."""
     last: dict[str, int] = {}
     for index, event in enumerate(events(published_dir)):
         last[event["run_id"]] = index

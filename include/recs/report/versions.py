@@ -29,7 +29,9 @@ def versions_report(published_dir: Path) -> dict[str, Any]:
     "carried_from"}], "is_current", "role", "validated", "rollback_command"}], "history":
     [the last HISTORY_SHOWN changes of CURRENT, newest first]}``. ``role`` is ``current``,
     ``rollback target`` (where ``recs rollback`` goes) or ``available``; ``validated`` whether
-    the manifest records a passed gate (only those can be made current again).
+    the manifest records a passed gate (only those can be made current again). Each history
+    event has ``failed``: a switch of ``CURRENT`` that did not happen
+    (``history.failed_switches``).
     """
     published_dir = Path(published_dir)
     current = current_version(published_dir, strict=False)
@@ -50,7 +52,10 @@ def versions_report(published_dir: Path) -> dict[str, Any]:
             command = f"recs rollback --to {name}"
         versions.append({**version, "role": role, "validated": validated,
                          "rollback_command": command})  # fmt: skip
-    events = list(reversed(history.events(published_dir)))[:HISTORY_SHOWN]
+    found = history.events(published_dir)
+    failed = history.failed_switches(found, current)
+    events = [{**event, "failed": no} for event, no in zip(found, failed, strict=True)]
+    events = list(reversed(events))[:HISTORY_SHOWN]
     return {
         "current": current,
         "rollback_target": target,

@@ -162,6 +162,51 @@ def test_a_switch_that_failed_after_its_rename_says_it_happened(three, monkeypat
         rollback(three, to="night_2")
 
 
+def test_a_switch_that_failed_is_shown_as_failed_in_the_history(three, monkeypatch):
+    """(A review's open item: the history said "made current: yes" for a switch that failed
+    and was never retried.) A rollback whose write of CURRENT fails before the rename leaves
+    its event, marked failed in the versions page; the retry's event is not, nor is an event
+    after which CURRENT was changed by hand (it did take)."""
+    from fastapi.testclient import TestClient
+
+    from recs.nightly import switch
+    from recs.report.versions import versions_report
+    from recs.report.web import create_app
+
+    published = three.published_dir
+
+    def full_disk(path, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(switch, "atomic_write", full_disk)
+        with pytest.raises(SwitchError):
+            rollback(three)
+
+    def shown():
+        return [(e["action"], e["run_id"], e["previous"], e["failed"])
+                for e in versions_report(published)["history"]]  # fmt: skip
+
+    assert shown()[0] == ("rollback", "night_2", "night_3", True)  # CURRENT names night_3
+    assert not any(failed for *_, failed in shown()[1:])
+    client = TestClient(create_app(authorize_run=lambda dag_id: None,
+                                   authorize_nightly=lambda: None, home=lambda: three.home))
+    rows = client.get("/").text.split('id="history"')[1].split("</table>")[0].split("<tr>")[2:]
+    assert "no: the switch failed" in rows[0] and "failed" not in "".join(rows[1:])
+    rollback(three)  # the retry
+    assert shown()[:2] == [
+        ("rollback", "night_2", "night_3", False),
+        ("rollback", "night_2", "night_3", True),
+    ]
+    (published / "CURRENT").write_text("night_1\n")  # by hand, outside any command
+    rollback(three, to="night_3")
+    assert shown()[:3] == [
+        ("rollback", "night_3", "night_1", False),
+        ("rollback", "night_2", "night_3", False),  # it did take: CURRENT moved by hand since
+        ("rollback", "night_2", "night_3", True),
+    ]
+
+
 def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, caplog):
     """(A review's.) Ctrl-C as the folder is synced after CURRENT's rename: the interrupt goes
     on (the command exits "aborted"), after a warning that CURRENT names the new version now,
