@@ -81,7 +81,7 @@ def _stage_seconds(doc: dict, run_id: str) -> str:
         s["source"] == "files" for s in doc["stages"]
     ):
         where = (
-            f"every stage's are in Airflow's task records: the run view "
+            "Airflow's task records hold every stage's: the run view "
             f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI"
         )
         return f"{known} (from the run's files; {where})" if known else where
