@@ -53,8 +53,8 @@ def versions_report(published_dir: Path) -> dict[str, Any]:
         versions.append({**version, "role": role, "validated": validated,
                          "rollback_command": command})  # fmt: skip
     found = history.events(published_dir)
-    failed = history.failed_switches(found, current)
-    events = [{**event, "failed": no} for event, no in zip(found, failed, strict=True)]
+    failures = history.failed_switches(found, current)
+    events = [{**event, "failed": failed} for event, failed in zip(found, failures, strict=True)]
     events = list(reversed(events))[:HISTORY_SHOWN]
     return {
         "current": current,
