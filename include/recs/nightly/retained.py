@@ -510,14 +510,21 @@ def _swap_in(staging: Path, target: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+LOCK_ATTEMPTS = 100
+"""How many times in a row ``_date_lock`` takes a lock on a file no longer at its path before
+it gives up (a gc removes one date's lock file once; only a filesystem whose inode numbers are
+not stable would move it every time)."""
+
+
 @contextmanager
 def _date_lock(target: Path) -> Iterator[None]:
     """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``. ``recs gc`` deletes
     the lock file of a date it removes (``remove``), so a lock won on a file no longer at that
-    path is let go and taken again on the file that is."""
+    path is let go and taken again on the file that is, up to ``LOCK_ATTEMPTS`` times
+    (``OSError`` after)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_file(target)
-    while True:
+    for _ in range(LOCK_ATTEMPTS):
         with lock.open("a") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             if not _still_at(handle, lock):
@@ -527,6 +534,11 @@ def _date_lock(target: Path) -> Iterator[None]:
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return
+    raise OSError(
+        f"cannot hold the lock {lock}: the file at that path was another one each time it was "
+        f"locked ({LOCK_ATTEMPTS} times in a row); keep RECS_HOME on a filesystem whose inode "
+        "numbers are stable"
+    )
 
 
 REMOVED, NO_FOLDER, BUSY = "removed", "no folder", "busy"

@@ -386,6 +386,24 @@ def test_discarding_snapshots_skips_a_date_gc_removed_meanwhile(tmp_path):
     assert not (home / "snapshots" / "2026-10-02").exists()
 
 
+def test_a_date_lock_whose_file_never_stays_gives_up_with_one_line(tmp_path, monkeypatch):
+    """(A review's open item: the retry had no bound.) A filesystem that reports another file at
+    the lock's path every time: after LOCK_ATTEMPTS locks, an OSError saying so, not a loop."""
+    from recs.nightly import retained
+
+    looks = []
+
+    def never(handle, path):
+        looks.append(path)
+        return False
+
+    monkeypatch.setattr(retained, "_still_at", never)
+    with pytest.raises(OSError, match=r"cannot hold the lock .*\.2026-10-01\.lock: .*100 times"):
+        with retained._date_lock(tmp_path / "snapshots" / "2026-10-01"):
+            pytest.fail("the lock was taken")
+    assert len(looks) == retained.LOCK_ATTEMPTS == 100
+
+
 def test_a_freeze_waiting_on_a_date_lock_gc_removes_takes_the_new_one(tmp_path):
     """A freeze waits on snapshots/.2026-10-01.lock while gc holds it; gc deletes the file and
     lets go (as ``retained.remove`` does). The freeze must then hold the lock of the file at
