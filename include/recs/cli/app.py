@@ -6,8 +6,10 @@ progress and messages on stderr.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -84,45 +86,53 @@ def current_settings():
 
 def chosen_run(snapshot_date: str | None, run_id: str | None):
     """The run a reading command is about (``RunPaths``): the given one; without a date, the
-    run of that id with the latest date, or without an id either, the newest run that froze a
-    snapshot (``list_runs``' order: the latest date, then the most recently changed). Raises
-    ``RunNotFoundError`` naming what to run or read instead."""
-    from recs.errors import RecsError, RunNotFoundError
+    latest date holding a frozen run (of that id, if given), and there the run ``RunPaths.find``
+    picks for that date (the one whose snapshot was frozen last), so a command gives the same
+    run with the date as without it. Folders that are not dates or runs, and runs that never
+    froze a snapshot, are passed over. Raises ``RunNotFoundError`` naming what to run or read
+    instead."""
+    from recs.errors import RunNotFoundError
     from recs.nightly.runs import RunPaths, check_run_id
-    from recs.report.content import list_runs
 
     settings = current_settings()
     home = settings.home
-    if snapshot_date is None and run_id is not None:
+    if snapshot_date is not None:
+        return RunPaths.find(home, snapshot_date, run_id)
+    if run_id is not None:
         check_run_id(run_id)  # a glob of safe characters only
-        dates = sorted(p.parent.name for p in (home / "runs").glob(f"????-??-??/{run_id}"))
-        if not dates and (settings.published_dir / run_id / "manifest.json").is_file():
-            raise RunNotFoundError(
-                f"no run {run_id} under {home}/runs: its folder is gone (`recs gc` removes "
-                f"runs older than RECS_RUN_RETENTION_DAYS), its published version is not: "
-                f"`recs runs show {run_id}` shows that"
-            )
-        if not dates:
-            raise RunNotFoundError(
-                f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
-            )
-        snapshot_date = dates[-1]
-    elif snapshot_date is None:  # the newest that froze its snapshot (a refused run may not)
+    frozen = sorted(_dated(home / "runs", f"{run_id or '*'}/snapshot/manifest.json"))
+    if frozen:
+        return RunPaths.find(home, frozen[-1], run_id)
+    if run_id is None:
+        raise RunNotFoundError(
+            f"no run under {home}/runs has frozen its snapshot: run `make demo` or `recs run "
+            "--snapshot-date D` first"
+        )
+    started = sorted(_dated(home / "runs", run_id))
+    if started:  # its folder, not yet frozen (in progress, or refused): find says so
+        return RunPaths.find(home, started[-1], run_id)
+    if (settings.published_dir / run_id / "manifest.json").is_file():
+        raise RunNotFoundError(
+            f"no run {run_id} under {home}/runs: its folder is gone (`recs gc` removes "
+            f"runs older than RECS_RUN_RETENTION_DAYS), its published version is not: "
+            f"`recs runs show {run_id}` shows that"
+        )
+    raise RunNotFoundError(
+        f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
+    )
 
-        def frozen(run: dict) -> bool:  # False for a folder not named as a run
-            try:
-                paths = RunPaths.create(home, run["snapshot_date"], run["run_id"])
-            except RecsError:
-                return False
-            return paths.snapshot_manifest.is_file()
 
-        newest = [r for r in list_runs(home, limit=50) if frozen(r)]
-        if not newest:
-            raise RunNotFoundError(
-                f"no run under {home}/runs: run `make demo` or `recs run --snapshot-date D` first"
-            )
-        snapshot_date, run_id = newest[0]["snapshot_date"], newest[0]["run_id"]
-    return RunPaths.find(home, snapshot_date, run_id)
+def _dated(runs: Path, pattern: str) -> set[str]:
+    """The date folders under ``runs`` (real dates only) holding a match of ``pattern``."""
+    found = set()
+    for match in runs.glob(f"????-??-??/{pattern}"):
+        name = match.relative_to(runs).parts[0]
+        try:
+            dt.date.fromisoformat(name)
+        except ValueError:
+            continue  # 2026-13-01: not a date a run could have
+        found.add(name)
+    return found
 
 
 def emit(document: Any, as_json: bool, render) -> None:

@@ -805,6 +805,24 @@ def test_summary_finds_its_run_as_report_does(recs, tmp_path):
     assert document["totals"]["shards done"] == "4 of 4"
     code, _, err = recs("summary", "--run-id", "nope")
     assert code == 2 and "no run nope under" in one_error(err)
+    # (a review's) what is not a frozen run is passed over, however many there are: a folder
+    # that is no date (50 inside), a date that is no date, a newer run of an id not frozen yet
+    for number in range(50):
+        (home / "runs" / "backup" / f"r{number}").mkdir(parents=True)
+    (home / "runs" / "2026-13-01" / "older" / "snapshot").mkdir(parents=True)
+    (home / "runs" / "2026-11-02" / "older").mkdir(parents=True)
+    for command in (("summary",), ("report",), ("summary", "--run-id", "older", "--json")):
+        code, out, err = recs(*command)
+        assert code == 0, err
+    assert json.loads(out)["snapshot_date"] == "2026-10-30"
+    # two runs of one date: the same run with the date as without it (the latest frozen)
+    paths, settings = write_good_run(home, run_id="again", snapshot_date=dt.date(2026, 10, 31))
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    os.utime(home / "runs" / "2026-10-31" / "newer")  # changed last, frozen first
+    chosen = {json.loads(recs("summary", *extra, "--json")[1])["run_id"]
+              for extra in ((), ("--snapshot-date", "2026-10-31"))}  # fmt: skip
+    assert chosen == {"again"}
 
 
 def test_recs_runs_keeps_a_run_id_whole_beside_200_carried_over_shards(recs, tmp_path):
