@@ -231,8 +231,8 @@ def gc(
         str | None,
         typer.Option(
             "--today",
-            help="Count ages from this date, YYYY-MM-DD, not later than today (default: today "
-            "UTC).",
+            help="Count ages from this date, YYYY-MM-DD (default: today UTC); a later one only "
+            "with --dry-run.",
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -244,14 +244,15 @@ def gc(
     from recs.nightly.runs import parse_snapshot_date
 
     day = parse_snapshot_date(today, "--today date") if today is not None else None
-    if day is not None and day > dt.datetime.now(dt.UTC).date():
+    now = dt.datetime.now(dt.UTC).date()
+    if day is not None and day > now and not dry_run:
         from recs.errors import InvalidDateError
 
         # a mistyped year would count every folder old: runs and snapshots gone before their time
         raise InvalidDateError(
-            f"invalid --today date {today!r}: later than today "
-            f"({dt.datetime.now(dt.UTC).date().isoformat()} UTC), so folders would be counted "
-            "older than they are; give today or an earlier date"
+            f"invalid --today date {today!r}: later than today ({now.isoformat()} UTC), so "
+            "folders would be removed before their retention; give today or an earlier date, "
+            "or add --dry-run to see what a later day would remove"
         )
     result = collect_garbage(current_settings(), day, dry_run=dry_run)
 

@@ -243,6 +243,9 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
         assert code == 2 and out == ""
         assert one_error(err).startswith(f"recs: error: invalid --today date '{when}': later than")
     assert (home / "snapshots" / "2026-11-16").is_dir()
+    code, out, _ = recs("gc", "--today", "2027-12-01", "--dry-run")  # a preview: allowed
+    assert code == 0 and "would remove snapshots/2026-11-16" in out.splitlines()
+    assert (home / "snapshots" / "2026-11-16").is_dir()
 
 
 @pytest.mark.parametrize("damage", ["", '{"run_id": "night_2", "shards"', "[1, 2]"])
