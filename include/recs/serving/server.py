@@ -25,6 +25,7 @@ import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -152,10 +153,36 @@ BIND_HINTS = {
     errno.EADDRINUSE: "another process holds the port? choose another with --port or RECS_API_PORT",
     errno.EADDRNOTAVAIL: "not an address of this machine: give one of its own with --host or "
     "RECS_API_HOST, or {every} for every interface",
-    errno.EACCES: "a port below net.ipv4.ip_unprivileged_port_start (1024 by default) needs "
+    errno.EACCES: "a port below net.ipv4.ip_unprivileged_port_start ({first}) needs "
     "privileges: choose another with --port or RECS_API_PORT",
 }
 """What to do about a bind that fails, by its errno (any other: its own message alone)."""
+POLICY_HINT = (
+    "not a privileged port here (net.ipv4.ip_unprivileged_port_start is {first}): a security "
+    "policy of this machine refused it (SELinux, AppArmor, a container's seccomp profile?)"
+)
+"""EACCES on a port at or above the first unprivileged one (the privileges are not why)."""
+UNPRIVILEGED_PORT_START = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+
+
+def _first_unprivileged_port() -> int:
+    """Linux's ``net.ipv4.ip_unprivileged_port_start`` (1024 where it cannot be read)."""
+    try:
+        return int(UNPRIVILEGED_PORT_START.read_text().strip())
+    except (OSError, ValueError):
+        return 1024
+
+
+def bind_hint(error_number: int | None, port: int, host: str) -> str:
+    """What to do about a bind of ``host:port`` that failed with ``error_number``: its
+    ``BIND_HINTS`` entry, or for EACCES on a port no privilege guards, ``POLICY_HINT``
+    ("" for an errno without one)."""
+    first = _first_unprivileged_port()
+    if error_number == errno.EACCES and port >= first:
+        return POLICY_HINT.format(first=first)
+    return BIND_HINTS.get(error_number or 0, "").format(
+        every="::" if ":" in host else "0.0.0.0", first=first
+    )
 
 
 def check_port(host: str, port: int, workers: int = 1) -> None:
@@ -180,7 +207,7 @@ def check_port(host: str, port: int, workers: int = 1) -> None:
         try:
             probe.bind(address)
         except OSError as error:
-            hint = BIND_HINTS.get(error.errno, "").format(every="::" if ":" in host else "0.0.0.0")
+            hint = bind_hint(error.errno, port, host)
             message = f"cannot serve on {where}: {error.strerror}" + (f" ({hint})" if hint else "")
             raise ConfigurationError(message) from None
 

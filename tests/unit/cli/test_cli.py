@@ -465,6 +465,41 @@ def test_check_port_takes_every_interface_and_spells_ipv6(host, free):
     assert str(raised.value).startswith(f"cannot serve on {where}: ")
 
 
+@pytest.mark.parametrize(
+    ("port", "first", "hint"),
+    [
+        (80, "1024", "a port below net.ipv4.ip_unprivileged_port_start (1024) needs privileges: "
+         "choose another with --port or RECS_API_PORT"),
+        (8000, "1024", "not a privileged port here (net.ipv4.ip_unprivileged_port_start is "
+         "1024): a security policy of this machine refused it (SELinux, AppArmor, a "
+         "container's seccomp profile?)"),
+        (8000, "9000", "a port below net.ipv4.ip_unprivileged_port_start (9000) needs "
+         "privileges: choose another with --port or RECS_API_PORT"),
+    ],
+)  # fmt: skip
+def test_a_refused_bind_blames_privileges_only_below_the_first_unprivileged_port(
+    tmp_path, monkeypatch, port, first, hint
+):
+    """(A review's open item: EACCES always named the privileged ports, also where SELinux
+    refused port 8000.) The bind refused as the kernel refuses it; the sysctl as read."""
+    import errno
+    import socket
+
+    from recs.errors import ConfigurationError
+    from recs.serving import server
+
+    def refused(self, address):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    sysctl = tmp_path / "ip_unprivileged_port_start"
+    sysctl.write_text(f"{first}\n")
+    monkeypatch.setattr(server, "UNPRIVILEGED_PORT_START", sysctl)
+    monkeypatch.setattr(socket.socket, "bind", refused)
+    with pytest.raises(ConfigurationError) as raised:
+        server.check_port("127.0.0.1", port)
+    assert str(raised.value) == f"cannot serve on 127.0.0.1:{port}: Permission denied ({hint})"
+
+
 def test_check_port_probes_ipv6_as_uvicorn_binds_it():
     """(From a review.) Beside an IPv4 holder of the port, ``::`` is free for one worker
     (uvicorn binds IPv6 only through asyncio) and taken for several (its own dual-stack
