@@ -34,11 +34,14 @@ RECOMMENDATIONS_FILE = "recommendations.parquet"
 def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
     """The run id ``CURRENT`` points at, or None if nothing was ever published (no ``CURRENT``).
 
-    A ``CURRENT`` that names no version (empty, several words, a path: it is only ever replaced
-    whole, so damage from outside) raises ``CorruptFileError`` with the remedy: taken for
+    A ``CURRENT`` that names no version (empty, several words, a path, or a name with no
+    version folder: it is only ever replaced whole, and ``recs gc`` never removes the version it
+    names, so damage from outside) raises ``CorruptFileError`` with the remedy: taken for
     "nothing published", it would let the gate compare tonight's lists with nothing and ``recs
-    gc`` forget what is served. ``strict=False`` reads it as None instead, for the views and for
-    the commands that replace it (``recs rollback --to``, ``set_current``)."""
+    gc`` forget what is served; taken for a version, a publish would record it as what it
+    replaced, and every plain rollback after would go to it. ``strict=False`` reads it as None
+    instead, for the views and for the commands that replace it (``recs rollback --to``,
+    ``set_current``)."""
     path = Path(published_dir) / CURRENT_FILE
     try:
         text = path.read_text(encoding="utf-8")
@@ -47,14 +50,19 @@ def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
     except (OSError, UnicodeDecodeError) as error:
         text = f"<unreadable: {error}>"
     name = text.strip()
-    if name and not any(c.isspace() for c in name) and "/" not in name and name not in (".", ".."):
+    remedy = "point it at one with `recs rollback --to RUN_ID` (`recs runs` lists them)"
+    if not name or any(c.isspace() for c in name) or "/" in name or name in (".", ".."):
+        problem = f"{path} names no version ({text[:60]!r}): {remedy}"
+    elif not version_dir(published_dir, name).is_dir():
+        problem = (
+            f"{path} names {name!r}, which is not a published version (no folder "
+            f"{version_dir(published_dir, name)}): {remedy}"
+        )
+    else:
         return name
     if not strict:
         return None
-    raise CorruptFileError(
-        f"{path} names no version ({text[:60]!r}): point it at one with `recs rollback --to "
-        "RUN_ID` (`recs runs` lists them)"
-    )
+    raise CorruptFileError(problem)
 
 
 def manifest_digest(published_dir: Path, run_id: str | None) -> str | None:

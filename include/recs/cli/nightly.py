@@ -123,6 +123,7 @@ def shard_run(
     from recs.nightly.artifacts import find_run
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
+    _warn_frozen(paths)
     result = pipeline.traverse_shard(paths, shard)
     emit(result, as_json, lambda doc: print_mapping(f"shard {shard:03d} of {paths.run_id}", doc))
 
@@ -149,6 +150,7 @@ def validate(
     from recs.nightly.artifacts import find_run
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
+    _warn_frozen(paths)
     result = pipeline.validate_run(paths)
     _warn_not_computed(result["failed_shards"], "a publish carries them over from CURRENT")
     shown = {k: v for k, v in result.items() if k not in ("skipped",)}
@@ -164,6 +166,7 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
     from recs.nightly.artifacts import find_run
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
+    _warn_frozen(paths)
     result = pipeline.publish_run(paths)
     _warn_not_computed(
         [entry["shard_id"] for entry in result["carried_over"]], "carried over from CURRENT"
@@ -173,6 +176,26 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
     shown["CURRENT before"] = result["previous"] or "none"
     shown["this version"] = _PUBLISHED_AS[result["replaced"]]
     emit(result, as_json, lambda doc: print_mapping(f"published {paths.run_id}", shown))
+
+
+def _warn_frozen(paths) -> None:
+    """One stderr line naming the ``RECS_*`` settings this environment sets that the run does
+    not take (``pipeline.settings_not_taken``): a run computes and is gated with the settings
+    frozen at its snapshot."""
+    from recs.nightly.pipeline import settings_not_taken
+
+    ignored = settings_not_taken(paths, current_settings())
+    if ignored:
+        named = ", ".join(
+            f"RECS_{name.upper()}={given} (the run's: {taken})"
+            for name, (given, taken) in ignored.items()
+        )
+        err.print(
+            f"recs: warning: not taken by run {paths.run_id}, which keeps the settings frozen at "
+            f"its snapshot: {named}; a new run takes them",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _warn_not_computed(shard_ids: list[int], fate: str) -> None:
@@ -254,7 +277,8 @@ def gc(
             "folders would be removed before their retention; give today or an earlier date, "
             "or add --dry-run to see what a later day would remove"
         )
-    result = collect_garbage(current_settings(), day, dry_run=dry_run)
+    settings = current_settings()
+    result = collect_garbage(settings, day, dry_run=dry_run)
 
     def render(doc):
         verb = "would remove" if doc["dry_run"] else "removed"
@@ -263,7 +287,11 @@ def gc(
         ]
         for line in lines:
             out.print(line, highlight=False)
-        kept = ", ".join(f"{k} {v}" for k, v in doc["kept"].items() if v) or "nothing published"
+        kept = ", ".join(f"{k} {v}" for k, v in doc["kept"].items() if v) or (
+            "nothing published"
+            if settings.published_dir.is_dir()
+            else f"nothing published: no {settings.published_dir.resolve()} (is RECS_HOME right?)"
+        )
         err.print(
             f"{verb} {len(lines)} folder(s), ages counted from {doc['today']}; kept {kept}",
             highlight=False,

@@ -58,6 +58,23 @@ def run_settings(paths: RunPaths) -> Settings:
     return Settings.model_validate({**manifest["settings"], "home": str(paths.home)})
 
 
+def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dict[str, tuple]:
+    """The settings set in this environment (``RECS_*``, ``settings.model_fields_set``) that a
+    stage of the run does not take: ``{field: (value set, value frozen at the snapshot)}`` for
+    each that differs from the run's frozen one (``run_settings``; connections and paths are not
+    frozen, so never listed). A newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs
+    validate` and saw the run pass at 0.858 without a word. Raises ``RunNotFoundError``."""
+    settings = settings or get_settings()
+    frozen = read_json(paths.snapshot_manifest).get("settings") or {}
+    taken = run_settings(paths).model_dump(mode="json")
+    given = settings.model_dump(mode="json")
+    return {
+        name: (given[name], taken[name])
+        for name in sorted(settings.model_fields_set)
+        if name in frozen and name != "home" and given.get(name) != taken.get(name)
+    }
+
+
 def freeze_snapshot(
     paths: RunPaths,
     settings: Settings | None = None,

@@ -213,6 +213,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
     published_dir = _published_dir(home_or_settings)
     if to is not None:
         check_run_id(to)
+    if not published_dir.is_dir():  # refused before the lock would make the folder
+        current_or_raise(published_dir)
     with publisher_lock(published_dir):
         if to is None:
             current = current_or_raise(published_dir)

@@ -32,6 +32,7 @@ import datetime as dt
 import logging
 import os
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,9 @@ def collect_garbage(
     today = today or dt.datetime.now(dt.UTC).date()
     published_dir = Path(settings.published_dir)
     removed: dict[str, list[str]] = {"published": [], "runs": [], "run_store": [], "snapshots": []}
-    published_dir.mkdir(parents=True, exist_ok=True)
-    with publisher_lock(published_dir):
+    # no published/ (a first night, or RECS_HOME relative to another folder): nothing to
+    # guard, and nothing made, so a dry run leaves no trace
+    with publisher_lock(published_dir) if published_dir.is_dir() else nullcontext():
         current = current_version(published_dir)
         predecessor = history.predecessor(published_dir, current) if current else None
         protected = {name for name in (current, predecessor) if name}

@@ -51,25 +51,23 @@ def write_current(published_dir: Path, run_id: str) -> None:
     whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
     the rename (the folder's fsync), and then a plain rollback run again would go one version
     further back. Ctrl-C after the rename is raised as it came, after a warning saying so (the
-    command only says "aborted")."""
+    command only says "aborted"), unless ``CURRENT`` named ``run_id`` already (a version
+    published again: nothing was switched)."""
     store = run_store()
     before = store.current() if store is not None else None
-    if store is not None:
-        store.set_current(run_id)
+    already = _named(published_dir) == run_id  # published again: nothing is switched
     try:
+        if store is not None:  # in the try: Ctrl-C once the store has it is set back too
+            store.set_current(run_id)
         with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
             handle.write(f"{run_id}\n")
     except BaseException as error:  # an OSError, or Ctrl-C: is the store's record right?
-        try:
-            moved = (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip() == run_id
-        except FileNotFoundError:
-            moved = False  # a first switch
-        except (OSError, UnicodeDecodeError):
-            moved = None  # unknown: the record stays
+        named = _named(published_dir)
+        moved = None if named is _UNREADABLE else named == run_id  # None: the record stays
         set_back = _set_back(store, run_id, before) if store and moved is False else None
         if isinstance(error, OSError):
             raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
-        if moved is not False:  # Ctrl-C after the rename (the folder's fsync): it happened
+        if moved is not False and not already:  # Ctrl-C after the rename: it happened
             log.warning(
                 "interrupted while switching CURRENT to %s: CURRENT %s; check it with `recs "
                 "runs` before running anything again (a plain `recs rollback` again would go "
@@ -77,6 +75,20 @@ def write_current(published_dir: Path, run_id: str) -> None:
                 run_id, f"names {run_id} now" if moved else "cannot be read back",
             )  # fmt: skip
         raise
+
+
+_UNREADABLE = object()
+
+
+def _named(published_dir: Path) -> str | None | object:
+    """What ``CURRENT`` names, read as it is (None: no file, a first switch; ``_UNREADABLE``:
+    a file that cannot be read or decoded)."""
+    try:
+        return (published_dir / CURRENT_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return _UNREADABLE
 
 
 def _set_back(store: RunStore, run_id: str, before: str | None) -> str | None:

@@ -389,6 +389,21 @@ def test_discarding_snapshots_skips_a_date_gc_removed_meanwhile(tmp_path):
     assert not (home / "snapshots" / "2026-10-02").exists()
 
 
+def test_gc_dry_run_and_a_refused_rollback_make_nothing(recs, tmp_path):
+    """(A newcomer's: run from another folder, they each left ./data/published/.lock.) On a
+    home with nothing in it, `gc --dry-run` and `gc` say nothing is published and where they
+    looked, a rollback is refused with one line, and no file or folder is made."""
+    home = tmp_path / "home"  # the recs fixture's RECS_HOME, not made yet
+    for command in (("gc", "--dry-run"), ("gc",)):
+        code, out, err = recs(*command)
+        assert code == 0 and out == ""
+        assert f"nothing published: no {home / 'published'} (is RECS_HOME right?)" in err[-1]
+    for command in (("rollback",), ("rollback", "--to", "night_1")):
+        code, _, err = recs(*command)
+        assert code == 2 and "nothing is published under" in one_error(err)
+    assert not home.exists()
+
+
 def test_a_date_lock_whose_file_never_stays_gives_up_with_one_line(tmp_path, monkeypatch):
     """(A review's open item: the retry had no bound.) A filesystem that reports another file at
     the lock's path every time: after LOCK_ATTEMPTS locks, an OSError saying so, not a loop."""
@@ -781,6 +796,30 @@ def test_a_long_run_id_and_a_path_print_whole_on_an_80_column_terminal(recs, tmp
         f"published version is not: `recs runs show {long}` shows that"
     )
     assert recs("runs", "show", long)[0] == 0
+
+
+def test_a_setting_the_run_does_not_take_is_named(recs, tmp_path, monkeypatch):
+    """(A newcomer's: RECS_GATE_MIN_LIST_SHARE=0.99 for `recs validate`, and the run passed at
+    its frozen bound without a word.) validate, publish and shard run name each RECS_* setting
+    this environment gives that the run does not take; none when they agree or are unset."""
+    paths, settings = write_good_run(tmp_path / "home", run_id="night_1")
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    day = paths.snapshot_date.isoformat()
+    frozen = settings.gate_min_list_share
+    monkeypatch.setenv("RECS_GATE_MIN_LIST_SHARE", str(frozen))  # the same value: not named
+    code, _, err = recs("validate", "--snapshot-date", day)
+    assert code == 0 and not any("warning: not taken" in line for line in err), err
+    monkeypatch.setenv("RECS_GATE_MIN_LIST_SHARE", "0.99")
+    monkeypatch.setenv("RECS_HOP1_CAP", "7")
+    for command in ("validate", "publish"):
+        code, _, err = recs(command, "--snapshot-date", day)
+        assert code == 0, err
+        assert [line for line in err if "warning: not taken" in line] == [
+            "recs: warning: not taken by run night_1, which keeps the settings frozen at its "
+            f"snapshot: RECS_GATE_MIN_LIST_SHARE=0.99 (the run's: {frozen}), RECS_HOP1_CAP=7 "
+            f"(the run's: {settings.hop1_cap}); a new run takes them"
+        ]
 
 
 def test_summary_finds_its_run_as_report_does(recs, tmp_path):

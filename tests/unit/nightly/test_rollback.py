@@ -238,6 +238,45 @@ def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, caplog):
         "with `recs runs` before running anything again (a plain `recs rollback` again would "
         "go one version further back)"
     ]
+    caplog.clear()  # (a review's) published again: CURRENT named it before, nothing switched
+    monkeypatch.setattr(switch, "atomic_write", interrupted_before)
+    with caplog.at_level("WARNING", logger="recs.nightly.switch"):
+        with pytest.raises(KeyboardInterrupt):
+            switch.write_current(three.published_dir, "night_2")
+    assert caplog.messages == []
+
+
+def test_ctrl_c_once_the_run_store_has_the_switch_sets_it_back(three, tmp_path, monkeypatch):
+    """(A review's.) Ctrl-C as the run store records the switch (after its write), before
+    CURRENT moved: the store's record goes back to the version CURRENT still names, so the
+    command can be run again (it was refused as from a stale copy of published/)."""
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    store = artifacts.RunStore(url)
+    real_set = artifacts.RunStore.set_current
+
+    def recorded_then_interrupted(self, run_id):
+        real_set(self, run_id)
+        if run_id == "night_2":
+            raise KeyboardInterrupt
+
+    try:
+        rollback(three, to="night_3")  # the store records night_3
+        with monkeypatch.context() as patch:
+            patch.setattr(artifacts.RunStore, "set_current", recorded_then_interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                rollback(three)
+        assert current_version(three.published_dir) == store.current() == "night_3"
+        assert rollback(three)["run_id"] == "night_2"  # run again: not refused
+        assert current_version(three.published_dir) == store.current() == "night_2"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
 
 
 def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_path, monkeypatch):
@@ -398,11 +437,15 @@ def test_rollback_refuses_unknown_incomplete_and_invalid_versions(three):
     assert current_version(published) == "night_3"
 
 
-@pytest.mark.parametrize("text", ["", " \n", "night_2 night_3\n", "../night_1", ".."])
+@pytest.mark.parametrize(
+    "text", ["", " \n", "night_2 night_3\n", "../night_1", "..", "bogus\n"]
+)
 def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(three, text):
-    """(From an open note.) A CURRENT damaged from outside (empty, two names, a path) is one
-    line with the remedy for the gate, the publisher, a plain rollback and `recs gc`, never
-    "nothing published"; `recs runs` still lists the versions; `rollback --to` mends it."""
+    """(From an open note.) A CURRENT damaged from outside (empty, two names, a path, a name
+    no version has: a newcomer's, which the gate took for "cannot be read" and skipped its
+    change checks, and a publish recorded as its rollback target) is one line with the remedy
+    for the gate, the publisher, a plain rollback and `recs gc`, never "nothing published";
+    `recs runs` still lists the versions; `rollback --to` mends it."""
     from recs.errors import CorruptFileError, ValidationEngineError
     from recs.nightly.baseline import replaced_version
     from recs.nightly.retention import collect_garbage
@@ -413,7 +456,10 @@ def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(
                                      snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
     validate_run(paths, settings)  # validated while CURRENT was sound
     (published / "CURRENT").write_text(text)
-    remedy = "names no version .* point it at one with `recs rollback --to RUN_ID`"
+    remedy = (
+        "names (no version|'bogus', which is not a published version) .* point it at one with "
+        "`recs rollback --to RUN_ID`"
+    )
     with pytest.raises(CorruptFileError, match=remedy) as raised:
         current_version(published)
     assert "\n" not in str(raised.value)
