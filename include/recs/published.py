@@ -31,7 +31,9 @@ MANIFEST_FILE = "manifest.json"
 RECOMMENDATIONS_FILE = "recommendations.parquet"
 
 
-def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
+def current_version(
+    published_dir: Path, *, strict: bool = True, require_folder: bool = True
+) -> str | None:
     """The run id ``CURRENT`` points at, or None if nothing was ever published (no ``CURRENT``).
 
     A ``CURRENT`` that names no version (empty, several words, a path, or a name with no
@@ -41,7 +43,10 @@ def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
     gc`` forget what is served; taken for a version, a publish would record it as what it
     replaced, and every plain rollback after would go to it. ``strict=False`` reads it as None
     instead, for the views and for the commands that replace it (``recs rollback --to``,
-    ``set_current``)."""
+    ``set_current``). ``require_folder=False`` takes a well-formed name without looking for its
+    folder: for the read API's watcher (a version replaced by two renames is briefly absent; it
+    keeps serving what it serves, as for any version it cannot load) and for comparing with a
+    run store's record, which names what ``CURRENT`` says, folder or not."""
     path = Path(published_dir) / CURRENT_FILE
     try:
         text = path.read_text(encoding="utf-8")
@@ -53,7 +58,7 @@ def current_version(published_dir: Path, *, strict: bool = True) -> str | None:
     remedy = "point it at one with `recs rollback --to RUN_ID` (`recs runs` lists them)"
     if not name or any(c.isspace() for c in name) or "/" in name or name in (".", ".."):
         problem = f"{path} names no version ({text[:60]!r}): {remedy}"
-    elif not version_dir(published_dir, name).is_dir():
+    elif require_folder and not version_dir(published_dir, name).is_dir():
         problem = (
             f"{path} names {name!r}, which is not a published version (no folder "
             f"{version_dir(published_dir, name)}): {remedy}"

@@ -123,15 +123,19 @@ def chosen_run(snapshot_date: str | None, run_id: str | None):
 
 
 def _dated(runs: Path, pattern: str) -> set[str]:
-    """The date folders under ``runs`` (real dates only) holding a match of ``pattern``."""
+    """The date folders under ``runs`` (real dates only) holding a match of ``pattern`` in a
+    folder named as a run (not ``.trash`` or ``backup copy``)."""
+    from recs.nightly.runs import is_run_id
+
     found = set()
     for match in runs.glob(f"????-??-??/{pattern}"):
-        name = match.relative_to(runs).parts[0]
+        name, run = match.relative_to(runs).parts[:2]
         try:
             dt.date.fromisoformat(name)
         except ValueError:
             continue  # 2026-13-01: not a date a run could have
-        found.add(name)
+        if is_run_id(run):
+            found.add(name)
     return found
 
 

@@ -278,6 +278,16 @@ def gc(
             "or add --dry-run to see what a later day would remove"
         )
     settings = current_settings()
+    longest = max(settings.run_retention_days, settings.snapshot_retention_days)
+    try:
+        if day is not None:  # counted back by the retentions: 0001-01-05 has no 14 days before
+            day - dt.timedelta(days=longest)
+    except OverflowError:
+        from recs.errors import InvalidDateError
+
+        raise InvalidDateError(
+            f"invalid --today date {today!r}: too early to count the retention days back from"
+        ) from None
     result = collect_garbage(settings, day, dry_run=dry_run)
 
     def render(doc):

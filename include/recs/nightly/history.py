@@ -104,12 +104,14 @@ def failed_switches(found: list[dict[str, Any]], current: str | None) -> list[bo
     ``CURRENT`` that did not happen: it was to make ``run_id`` current, and ``CURRENT`` still
     named the event's ``previous`` afterwards (the next event's ``previous``, or ``current``,
     what ``CURRENT`` names now, after the last). An event is appended before its switch, so a
-    switch that failed and was never retried leaves one (module docstring); a switch made by
-    hand between two events is not taken for a failure."""
+    switch that failed and was never retried leaves one (module docstring). Only a version
+    named after it is evidence: ``CURRENT`` naming nothing afterwards (none, or damaged and
+    mended by a named rollback) says nothing, so a first switch that failed is not marked."""
     after = [event.get("previous") for event in found[1:]] + [current] if found else []
     return [
         bool(event.get("current"))
         and event.get("previous") != event["run_id"]
+        and named is not None
         and named == event.get("previous")
         for event, named in zip(found, after, strict=True)
     ]

@@ -58,20 +58,30 @@ def run_settings(paths: RunPaths) -> Settings:
     return Settings.model_validate({**manifest["settings"], "home": str(paths.home)})
 
 
+HOW_NOT_WHAT = frozenset({
+    "home", "datasets_dir", "duckdb_memory_limit", "graph_partitions_per_task",
+    "gate_shards_per_task", "shard_users_target", "shard_count_min", "shard_count_max",
+    "snapshot_max_lag_hours",
+})  # fmt: skip
+"""Frozen settings that say where a run lives, how its tasks are cut or what the freeze may
+read, not what the stages after it compute or gate: never named by ``settings_not_taken``."""
+
+
 def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dict[str, tuple]:
     """The settings set in this environment (``RECS_*``, ``settings.model_fields_set``) that a
     stage of the run does not take: ``{field: (value set, value frozen at the snapshot)}`` for
-    each that differs from the run's frozen one (``run_settings``; connections and paths are not
-    frozen, so never listed). A newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs
-    validate` and saw the run pass at 0.858 without a word. Raises ``RunNotFoundError``."""
+    each that differs, as validated (``0.5`` and ``.5`` are one value), from the run's frozen
+    one (``run_settings``); connections, paths and ``HOW_NOT_WHAT`` are never listed. A
+    newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs validate` and saw the run pass at
+    0.858 without a word. Raises ``RunNotFoundError``."""
     settings = settings or get_settings()
     frozen = read_json(paths.snapshot_manifest).get("settings") or {}
     taken = run_settings(paths).model_dump(mode="json")
     given = settings.model_dump(mode="json")
     return {
         name: (given[name], taken[name])
-        for name in sorted(settings.model_fields_set)
-        if name in frozen and name != "home" and given.get(name) != taken.get(name)
+        for name in sorted(settings.model_fields_set - HOW_NOT_WHAT)
+        if name in frozen and given.get(name) != taken.get(name)
     }
 
 

@@ -188,7 +188,9 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
     with publisher_lock(published_dir):
         check_servable(published_dir, run_id)  # again, now that no publisher can interfere
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
-        refuse_unseen(published_dir, previous, "set_current")
+        # the store records the name CURRENT holds, its version folder gone or not
+        named = current_version(published_dir, strict=False, require_folder=False)
+        refuse_unseen(published_dir, named, "set_current")
         record_event(published_dir, "set_current", run_id, previous, current=True)
         write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
@@ -231,7 +233,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         except RunNotFoundError as error:
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
-            refuse_unseen(published_dir, current, "recs rollback")
+            named = current_version(published_dir, strict=False, require_folder=False)
+            refuse_unseen(published_dir, named, "recs rollback")  # as the store records it
             record_event(published_dir, "rollback", target, current, current=True)
             write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,

@@ -74,11 +74,17 @@ def parse_snapshot_date(value: str | dt.date, what: str = "snapshot date") -> dt
         ) from None
 
 
+def is_run_id(name: str) -> bool:
+    """Whether ``name`` is a run id ``check_run_id`` accepts (a folder named otherwise under
+    ``runs/<date>/`` is not a run)."""
+    return isinstance(name, str) and bool(RUN_ID_PATTERN.fullmatch(name)) and ".." not in name
+
+
 def check_run_id(run_id: str) -> str:
     """``run_id`` itself if it matches ``RUN_ID_PATTERN`` and holds no ``..``; otherwise
     ``InvalidRunIdError`` naming the rule. Never rewrites: ``../../x`` is refused, not turned
     into ``x``, and ``""`` is refused, not taken as "the default"."""
-    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
+    if not is_run_id(run_id):
         hint = ""
         if isinstance(run_id, str) and _AIRFLOW_SEPARATORS.search(run_id):
             try:  # Airflow's own spelling of a run id: name the folder it runs in
@@ -139,7 +145,11 @@ class RunPaths:
             paths = cls(Path(home), day, check_run_id(run_id))
         else:
             candidates = sorted(
-                (p for p in date_dir.glob("*/snapshot/manifest.json")),
+                (
+                    p
+                    for p in date_dir.glob("*/snapshot/manifest.json")
+                    if is_run_id(p.parent.parent.name)  # not .trash or "backup copy"
+                ),
                 key=lambda p: p.stat().st_mtime,
             )
             if not candidates:

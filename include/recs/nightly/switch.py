@@ -65,6 +65,11 @@ def write_current(published_dir: Path, run_id: str) -> None:
         named = _named(published_dir)
         moved = None if named is _UNREADABLE else named == run_id  # None: the record stays
         set_back = _set_back(store, run_id, before) if store and moved is False else None
+        if isinstance(error, OSError) and already:  # a republish: nothing was to move
+            raise SwitchError(
+                f"could not write CURRENT, which names {run_id} already (nothing was switched): "
+                f"{error}; run the command again once it can be written"
+            ) from error
         if isinstance(error, OSError):
             raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
         if moved is not False and not already:  # Ctrl-C after the rename: it happened

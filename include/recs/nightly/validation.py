@@ -40,7 +40,12 @@ from typing import Any
 import polars as pl
 
 from recs.config import Settings
-from recs.errors import NothingToValidateError, ValidationEngineError, ValidationFailedError
+from recs.errors import (
+    NothingToValidateError,
+    RecsError,
+    ValidationEngineError,
+    ValidationFailedError,
+)
 from recs.files import sha256_file, write_json
 from recs.nightly.baseline import ReplacedVersion, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
@@ -233,7 +238,10 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             f"validation errored for run {paths.run_id}: {type(error).__name__}: "
             f"{' '.join(str(error).split())[:300]}"
         )
-        log.exception("validate %s: the gate raised", paths.run_id)
+        if isinstance(error, RecsError):  # a known condition (a damaged CURRENT): its line
+            log.error("validate %s: the gate raised: %s", paths.run_id, error)
+        else:
+            log.exception("validate %s: the gate raised", paths.run_id)
         results_path = report.save("errored", message)
         raise ValidationEngineError(f"{message} (details: {results_path})") from error
 

@@ -261,7 +261,7 @@ def load_current(settings: Settings, *, eager: bool = False) -> PublishedVersion
     """The version ``CURRENT`` names, loaded (lazily by default: for one-off reads such as
     ``recs recommend``), or None if nothing is published. Raises ``RunNotFoundError`` if
     ``CURRENT`` names a missing or incomplete version."""
-    run_id = current_version(settings.published_dir)
+    run_id = current_version(settings.published_dir, require_folder=False)
     if run_id is None:
         return None
     return PublishedVersion.load(
@@ -327,7 +327,7 @@ class VersionCache:
             if served is not None:
                 self._hold(served)  # a worker that started after the server began serving
             try:
-                run_id = current_version(self.published_dir)
+                run_id = current_version(self.published_dir, require_folder=False)
             except CorruptFileError as damaged:  # keep serving what is served; say so once
                 if str(damaged) != self._damaged:
                     log.error("%s; serving the version already served", damaged)

@@ -243,6 +243,8 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
         assert code == 2 and out == ""
         assert one_error(err).startswith(f"recs: error: invalid --today date '{when}': later than")
     assert (home / "snapshots" / "2026-11-16").is_dir()
+    code, _, err = recs("gc", "--dry-run", "--today", "0001-01-05")  # (a second review's)
+    assert code == 2 and "too early to count the retention days back from" in one_error(err)
     code, out, _ = recs("gc", "--today", "2027-12-01", "--dry-run")  # a preview: allowed
     assert code == 0 and "would remove snapshots/2026-11-16" in out.splitlines()
     assert (home / "snapshots" / "2026-11-16").is_dir()
@@ -810,6 +812,11 @@ def test_a_setting_the_run_does_not_take_is_named(recs, tmp_path, monkeypatch):
     monkeypatch.setenv("RECS_GATE_MIN_LIST_SHARE", str(frozen))  # the same value: not named
     code, _, err = recs("validate", "--snapshot-date", day)
     assert code == 0 and not any("warning: not taken" in line for line in err), err
+    monkeypatch.setenv("RECS_DATASETS_DIR", str(tmp_path / "elsewhere"))  # where, not what:
+    monkeypatch.setenv("RECS_DUCKDB_MEMORY_LIMIT", "3GB")  # never named (a second review's)
+    monkeypatch.setenv("RECS_GATE_MAX_DROP", f"{settings.gate_max_drop:.3f}0")  # same value
+    code, _, err = recs("validate", "--snapshot-date", day)
+    assert code == 0 and not any("warning: not taken" in line for line in err), err
     monkeypatch.setenv("RECS_GATE_MIN_LIST_SHARE", "0.99")
     monkeypatch.setenv("RECS_HOP1_CAP", "7")
     for command in ("validate", "publish"):
@@ -853,9 +860,13 @@ def test_summary_finds_its_run_as_report_does(recs, tmp_path):
         (home / "runs" / "backup" / f"r{number}").mkdir(parents=True)
     (home / "runs" / "2026-13-01" / "older" / "snapshot").mkdir(parents=True)
     (home / "runs" / "2026-11-02" / "older").mkdir(parents=True)
+    for junk in ("2026-11-03/backup copy", "2026-11-04/.trash"):  # (a second review's) copies
+        (home / "runs" / junk / "snapshot").mkdir(parents=True)  # of a run, with its snapshot
+        (home / "runs" / junk / "snapshot" / "manifest.json").write_text("{}")
     for command in (("summary",), ("report",), ("summary", "--run-id", "older", "--json")):
         code, out, err = recs(*command)
         assert code == 0, err
+        assert "newer" in out or "older" in out
     assert json.loads(out)["snapshot_date"] == "2026-10-30"
     # two runs of one date: the same run with the date as without it (the latest frozen)
     paths, settings = write_good_run(home, run_id="again", snapshot_date=dt.date(2026, 10, 31))

@@ -14,7 +14,13 @@ import threading
 import pytest
 from test_validation import write_good_run
 
-from recs.errors import InvalidRunIdError, RunNotFoundError, RunStoreError, SwitchError
+from recs.errors import (
+    InvalidRunIdError,
+    RecsError,
+    RunNotFoundError,
+    RunStoreError,
+    SwitchError,
+)
 from recs.nightly import history
 from recs.nightly.publish import publish_run, rollback
 from recs.nightly.runs import RunPaths
@@ -474,6 +480,8 @@ def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(
     with pytest.raises(CorruptFileError, match=remedy):
         collect_garbage(three, dry_run=True)
     assert current_version(published, strict=False) is None
+    shaped = current_version(published, strict=False, require_folder=False)  # the read API's
+    assert shaped == ("bogus" if text == "bogus\n" else None)
     assert [v["run_id"] for v in list_versions(published)] == ["night_1", "night_2", "night_3"]
     assert not any(v["is_current"] for v in list_versions(published))
     assert rollback(three, to="night_3") == {"run_id": "night_3", "previous": None,
@@ -657,3 +665,60 @@ def test_a_republish_is_identical_only_over_a_computed_shard_with_its_digest(thr
     from recs.nightly.publish import _identical_republish
 
     assert not _identical_republish(three.published_dir, "night_3", summary, "night_3")
+
+
+def test_a_current_whose_folder_is_gone_is_mended_with_a_run_store(three, tmp_path, monkeypatch):
+    """(A second review's.) With a run store that records night_3, night_3's folder goes:
+    `rollback --to night_2`, the remedy every command gives, goes through (it was refused:
+    the store's record was compared with "no CURRENT")."""
+    import shutil
+
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    try:
+        rollback(three, to="night_3")  # the store records night_3
+        shutil.move(three.published_dir / "night_3", tmp_path / "night_3")
+        with pytest.raises(RecsError, match="names 'night_3', which is not a published version"):
+            rollback(three)
+        assert rollback(three, to="night_2")["changed"] is True
+        assert current_version(three.published_dir) == artifacts.RunStore(url).current()
+        assert current_version(three.published_dir) == "night_2"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def test_a_republish_that_cannot_write_current_says_nothing_was_switched(three, monkeypatch):
+    """(A second review's.) CURRENT names night_3 already, and writing it fails: the error says
+    nothing was switched, not that CURRENT "names night_3 now" and a rollback would go back."""
+    from recs.nightly import switch
+
+    def full_disk(path, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(switch, "atomic_write", full_disk)
+    with pytest.raises(SwitchError) as raised:
+        switch.write_current(three.published_dir, "night_3")
+    assert str(raised.value) == (
+        "could not write CURRENT, which names night_3 already (nothing was switched): [Errno 28] "
+        "No space left on device; run the command again once it can be written"
+    )
+
+
+def test_a_mend_of_a_damaged_current_does_not_mark_the_first_publish_failed():
+    """(A second review's.) A first publish (previous none), then CURRENT damaged and mended by
+    `rollback --to`, whose event records previous none too: no evidence of a failed switch."""
+    found = [
+        {"action": "publish", "run_id": "first", "previous": None, "current": True},
+        {"action": "rollback", "run_id": "first", "previous": None, "current": True},
+    ]
+    assert history.failed_switches(found, "first") == [False, False]
+    failed = [*found, {"action": "publish", "run_id": "second", "previous": "first",
+                       "current": True}]  # fmt: skip
+    assert history.failed_switches(failed, "first") == [False, False, True]
+
