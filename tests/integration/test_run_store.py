@@ -117,9 +117,10 @@ def test_a_night_on_s3_across_machines_publishes_the_local_bytes(s3, tmp_path, m
             ".lock", f"{copies[0].name}.inuse"  # no task holds it now: the next download may go
         ]
 
-    # the publish writes under the home frozen into the run's settings (freeze_snapshot's, m1:
-    # RECS_HOME is one path on every worker); its inputs came to m5 from the store
-    published_local, published_s3 = local.published_dir, tmp_path / "m1" / "published"
+    # the publish writes under the home of the machine it runs on (m5), not the one frozen
+    # into the run's settings (freeze_snapshot's, m1); its inputs came to m5 from the store
+    published_local, published_s3 = local.published_dir, tmp_path / "m5" / "published"
+    assert not (tmp_path / "m1" / "published").exists()
     assert (on("m5").shards_dir / "shard_id=001" / "recommendations.parquet").is_file()
     assert (published_s3 / "CURRENT").read_text().strip() == RUN_ID
     for shard_id in range(SHARDS):
