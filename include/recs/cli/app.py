@@ -6,10 +6,8 @@ progress and messages on stderr.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -92,7 +90,7 @@ def chosen_run(snapshot_date: str | None, run_id: str | None):
     froze a snapshot, are passed over. Raises ``RunNotFoundError`` naming what to run or read
     instead."""
     from recs.errors import RunNotFoundError
-    from recs.nightly.runs import RunPaths, check_run_id
+    from recs.nightly.runs import RunPaths, check_run_id, run_dates
 
     settings = current_settings()
     home = settings.home
@@ -100,7 +98,7 @@ def chosen_run(snapshot_date: str | None, run_id: str | None):
         return RunPaths.find(home, snapshot_date, run_id)
     if run_id is not None:
         check_run_id(run_id)  # a glob of safe characters only
-    frozen = sorted(_dated(home / "runs", f"{run_id or '*'}/snapshot/manifest.json"))
+    frozen = run_dates(home, run_id)
     if frozen:
         return RunPaths.find(home, frozen[-1], run_id)
     if run_id is None:
@@ -108,7 +106,7 @@ def chosen_run(snapshot_date: str | None, run_id: str | None):
             f"no run under {home}/runs has frozen its snapshot: run `make demo` or `recs run "
             "--snapshot-date D` first"
         )
-    started = sorted(_dated(home / "runs", run_id))
+    started = run_dates(home, run_id, frozen=False)
     if started:  # its folder, not yet frozen (in progress, or refused): find says so
         return RunPaths.find(home, started[-1], run_id)
     if (settings.published_dir / run_id / "manifest.json").is_file():
@@ -120,23 +118,6 @@ def chosen_run(snapshot_date: str | None, run_id: str | None):
     raise RunNotFoundError(
         f"no run {run_id} under {home}/runs (`recs runs` lists the published ones)"
     )
-
-
-def _dated(runs: Path, pattern: str) -> set[str]:
-    """The date folders under ``runs`` (real dates only) holding a match of ``pattern`` in a
-    folder named as a run (not ``.trash`` or ``backup copy``)."""
-    from recs.nightly.runs import is_run_id
-
-    found = set()
-    for match in runs.glob(f"????-??-??/{pattern}"):
-        name, run = match.relative_to(runs).parts[:2]
-        try:
-            dt.date.fromisoformat(name)
-        except ValueError:
-            continue  # 2026-13-01: not a date a run could have
-        if is_run_id(run):
-            found.add(name)
-    return found
 
 
 def emit(document: Any, as_json: bool, render) -> None:

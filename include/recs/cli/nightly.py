@@ -267,10 +267,10 @@ def gc(
     from recs.nightly.runs import parse_snapshot_date
 
     day = parse_snapshot_date(today, "--today date") if today is not None else None
+    from recs.errors import InvalidDateError
+
     now = dt.datetime.now(dt.UTC).date()
     if day is not None and day > now and not dry_run:
-        from recs.errors import InvalidDateError
-
         # a mistyped year would count every folder old: runs and snapshots gone before their time
         raise InvalidDateError(
             f"invalid --today date {today!r}: later than today ({now.isoformat()} UTC), so "
@@ -283,8 +283,6 @@ def gc(
         if day is not None:  # counted back by the retentions: 0001-01-05 has no 14 days before
             day - dt.timedelta(days=longest)
     except OverflowError:
-        from recs.errors import InvalidDateError
-
         raise InvalidDateError(
             f"invalid --today date {today!r}: too early to count the retention days back from"
         ) from None

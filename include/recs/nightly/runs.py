@@ -80,6 +80,25 @@ def is_run_id(name: str) -> bool:
     return isinstance(name, str) and bool(RUN_ID_PATTERN.fullmatch(name)) and ".." not in name
 
 
+def run_dates(home: Path, run_id: str | None = None, *, frozen: bool = True) -> list[str]:
+    """The dates (``YYYY-MM-DD``, oldest first) under ``<home>/runs`` that hold a run, of
+    ``run_id`` if given (a checked id), whose snapshot is frozen (``frozen``) or whose folder
+    merely exists: folders that are not dates (``backup``, ``2026-13-01``) or not named as runs
+    (``.trash``, ``backup copy``) are passed over."""
+    runs = Path(home) / "runs"
+    pattern = f"????-??-??/{run_id or '*'}" + ("/snapshot/manifest.json" if frozen else "")
+    found = set()
+    for match in runs.glob(pattern):
+        day, name = match.relative_to(runs).parts[:2]
+        try:
+            dt.date.fromisoformat(day)
+        except ValueError:
+            continue  # not a date a run could have
+        if is_run_id(name):
+            found.add(day)
+    return sorted(found)
+
+
 def check_run_id(run_id: str) -> str:
     """``run_id`` itself if it matches ``RUN_ID_PATTERN`` and holds no ``..``; otherwise
     ``InvalidRunIdError`` naming the rule. Never rewrites: ``../../x`` is refused, not turned
