@@ -481,6 +481,14 @@ class Settings(BaseSettings):
             ) from None
         return value
 
+    @field_validator("home", "run_cache_dir", "datasets_dir", "api_state_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """A relative folder (``RECS_HOME`` defaults to ``data``) is taken from the working
+        directory once, here: what a command prints or records names it in full. Symbolic
+        links are kept (``absolute``, not ``resolve``)."""
+        return None if value is None else value.expanduser().absolute()
+
     @field_validator("run_store_url")
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:

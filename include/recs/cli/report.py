@@ -74,12 +74,17 @@ def _stage_seconds(doc: dict, run_id: str) -> str:
     run), also where the others are: Airflow's task records, in the plugin's run view (this
     command does not read Airflow's metadata DB). A newcomer read only build_models and
     traverse_shard after `make demo` and took the rest for missing."""
+    from recs.nightly.runs import CLI_RUN_ID_PREFIX
+
     known = ", ".join(
         f"{s['stage']} {s['seconds']:.1f}" for s in doc["stages"] if s["seconds"] is not None
     )
     if doc["files"].get("stage_times") is None and all(
         s["source"] == "files" for s in doc["stages"]
     ):
+        if run_id.startswith(CLI_RUN_ID_PREFIX):  # `recs run`'s own id: not Airflow's to hold
+            where = "recs run records the others in stage_times.json, which this run lacks"
+            return f"{known} (from the run's files; {where})" if known else where
         where = (
             "Airflow's task records hold every stage's: the run view "
             f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI"

@@ -6,8 +6,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from recs.errors import RecsError
 from recs.files import read_json
 from recs.nightly.runs import RunPaths
+from recs.published import MANIFEST_FILE, current_version, version_dir
 
 
 def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = None) -> dict:
@@ -64,6 +66,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
                 int(traversals / kernel_seconds) if kernel_seconds else 0
             ),
             "validation": _outcome(validation),
+            "published": _publication(home, paths),
         }
     )
     return {
@@ -74,6 +77,25 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "failed_shards": failed,
         "validation": validation,
     }
+
+
+def _publication(home: Path, paths: RunPaths) -> str:
+    """Whether the run is published and served, in words. (A newcomer's `make demo` published
+    beside a later snapshot's version left by earlier CLI runs; only the DAG's log said so, and
+    `recs recommend` served the other version.)"""
+    published_dir = Path(home) / "published"
+    try:
+        manifest = read_json(version_dir(published_dir, paths.run_id) / MANIFEST_FILE)
+    except (RecsError, OSError):
+        return "no"
+    if manifest.get("snapshot_date") != paths.snapshot_date.isoformat():
+        return f"no (the published {paths.run_id} is of {manifest.get('snapshot_date')})"
+    current = current_version(published_dir, strict=False)
+    if current == paths.run_id:
+        return "yes, and CURRENT names it (served)"
+    if current is None:
+        return "yes, but CURRENT names no version (`recs runs` says why)"
+    return f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
 
 
 def _outcome(validation: dict[str, Any] | None) -> str:

@@ -126,9 +126,13 @@ def run_id_from_airflow(dag_run_id: str) -> str:
     return mapped
 
 
+CLI_RUN_ID_PREFIX = "cli__"
+"""How the CLI's default run ids begin (Airflow's begin with the run type, ``scheduled__``...)."""
+
+
 def default_run_id(snapshot_date: dt.date) -> str:
     """The run id the CLI uses when none is given: ``cli__<snapshot_date>``."""
-    return f"cli__{snapshot_date.isoformat()}"
+    return f"{CLI_RUN_ID_PREFIX}{snapshot_date.isoformat()}"
 
 
 @dataclass(frozen=True)
@@ -172,9 +176,11 @@ class RunPaths:
                 key=lambda p: p.stat().st_mtime,
             )
             if not candidates:
+                cut_off = (day + dt.timedelta(days=1)).isoformat()
                 raise RunNotFoundError(
                     f"no run of {day.isoformat()} under {date_dir} (none has frozen its "
-                    f"snapshot): run the DAG or `recs run --snapshot-date {day.isoformat()}` first"
+                    f"snapshot): run the DAG or `recs run --snapshot-date {day.isoformat()}` "
+                    f"first, once the day is over ({cut_off} 00:00 UTC)"
                 )
             paths = cls(Path(home), day, candidates[-1].parent.parent.name)
         if not paths.snapshot_manifest.exists():

@@ -894,3 +894,42 @@ def test_recs_runs_keeps_a_run_id_whole_beside_200_carried_over_shards(recs, tmp
     lines = out.splitlines()
     assert code == 0 and any(origin in line and "2026-11-01" in line for line in lines), lines[:5]
     assert sum(line.count(f"({origin})") for line in lines) == 200
+
+
+def test_a_relative_home_is_named_in_full(recs, tmp_path, monkeypatch):
+    """(From a review.) ``RECS_HOME`` defaults to the relative ``data``: what a command prints
+    as JSON names its files from the root, not from a working directory the reader cannot
+    see (``Settings.home`` is made absolute once, where it is read)."""
+    night(tmp_path / "home", 1)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RECS_HOME", "home")
+    code, out, _ = recs("validate", "--snapshot-date", "2026-11-01", "--json")
+    assert code == 0
+    validation = tmp_path / "home" / "runs" / "2026-11-01" / "night_1" / "validation"
+    assert json.loads(out)["summary"] == str(validation / "summary.json")
+
+
+def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
+    """(From a newcomer: a second `make demo` published its date beside a later snapshot's
+    version, which CURRENT kept naming and `recs recommend` served; only the DAG's log said so.)
+    The summary says it for each case."""
+    home = tmp_path / "home"
+    for day in (1, 2):
+        night(home, day)
+
+    def published(day: int) -> str:
+        code, out, _ = recs("summary", "--snapshot-date", f"2026-11-0{day}", "--json")
+        assert code == 0
+        return json.loads(out)["totals"]["published"]
+
+    assert published(2) == "no"
+    assert recs("validate", "--snapshot-date", "2026-11-02")[0] == 0
+    assert recs("publish", "--snapshot-date", "2026-11-02")[0] == 0
+    assert published(2) == "yes, and CURRENT names it (served)"
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
+    assert recs("publish", "--snapshot-date", "2026-11-01")[0] == 0
+    assert published(1) == (
+        "yes, beside CURRENT night_2, which is served: `recs rollback --to night_1`"
+    )
+    (home / "published" / "CURRENT").write_text("")  # damaged from outside
+    assert published(2) == "yes, but CURRENT names no version (`recs runs` says why)"

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from recs.errors import RecsError
+from recs.errors import RecsError, RunNotFoundError
 from recs.nightly.runs import RunPaths, check_run_id, parse_snapshot_date, run_id_from_airflow
 
 RULE = (
@@ -93,3 +93,14 @@ def test_a_bad_date_says_what_is_wrong_with_it(value, what, message):
 def test_as_of_unchanged():
     paths = RunPaths.create("h", "2026-11-01", "r")
     assert paths.as_of == dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+
+
+def test_a_date_without_a_run_says_when_it_can_have_one(tmp_path):
+    """(From a newcomer, who ran the hint's `recs run` for today and was refused: the day was
+    not over.) The remedy names the cut-off after which the date can be run."""
+    with pytest.raises(RunNotFoundError) as raised:
+        RunPaths.find(tmp_path, "2026-12-31")
+    assert str(raised.value).endswith(
+        "`recs run --snapshot-date 2026-12-31` first, once the day is over "
+        "(2027-01-01 00:00 UTC)"
+    )

@@ -154,6 +154,18 @@ def test_recs_report_says_where_a_dag_runs_stage_seconds_are(run):
     assert _stage_seconds(run_report(run, airflow), "night_1") == "publish_run 3.0"
 
 
+def test_recs_report_does_not_send_a_recs_runs_missing_seconds_to_airflow(run):
+    """(From a review.) A run with the CLI's own id (``cli__<date>``) was made by `recs run`,
+    never by Airflow: without its ``stage_times.json`` the text says that file is missing
+    instead of naming a run view that has no such run."""
+    from recs.cli.report import _stage_seconds
+
+    assert _stage_seconds(run_report(run), "cli__2026-11-01") == (
+        "build_models 9.0, traverse_shard 4.5 (from the run's files; recs run records the "
+        "others in stage_times.json, which this run lacks)"
+    )
+
+
 def test_recs_report_names_the_checks_that_did_not_pass(run):
     """(From a newcomer: the text said "failed: 33 of 35 passed" only.)"""
     from recs.cli.report import _not_passed
