@@ -55,18 +55,20 @@ def run(
     """Run the whole nightly pipeline in this process (the DAG's functions, without Airflow)."""
     from recs.nightly.pipeline import run_all
     from recs.nightly.runs import check_run_id
+    from recs.nightly.switch import interrupted_switch
 
     if run_id is not None:
         check_run_id(run_id)  # refused, never rewritten: exit 2 before any stage starts
     settings = current_settings()
-    result = run_all(
-        settings.home,
-        snapshot_date,
-        run_id,
-        settings,
-        progress=progress,
-        rebuild_snapshot=rebuild_snapshot,
-    )
+    with interrupted_switch(settings.published_dir):
+        result = run_all(
+            settings.home,
+            snapshot_date,
+            run_id,
+            settings,
+            progress=progress,
+            rebuild_snapshot=rebuild_snapshot,
+        )
 
     def render(doc):
         table = Table(title=f"run {doc['run_id']} ({doc['snapshot_date']})")
@@ -95,10 +97,8 @@ def _run_outcome(doc: dict) -> str:
     if published["current"]:
         where = f"CURRENT now names it (was {published['previous'] or 'none'})"
     else:
-        where = (
-            f"published beside CURRENT {published['previous']}, a later snapshot: "
-            f"`recs rollback --to {doc['run_id']}` serves it"
-        )
+        # the publish's warning above gave the way to serve it: said once (from a newcomer)
+        where = f"CURRENT stays on {published['previous']}, a later snapshot"
     return f"published {doc['run_id']}: {figures}; {where}; the gate compared with {compared}"
 
 
@@ -164,10 +164,13 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
     carried over from the version CURRENT names."""
     from recs.nightly import pipeline
     from recs.nightly.artifacts import find_run
+    from recs.nightly.switch import interrupted_switch
 
-    paths = find_run(current_settings().home, snapshot_date, run_id)
+    settings = current_settings()
+    paths = find_run(settings.home, snapshot_date, run_id)
     _warn_frozen(paths)
-    result = pipeline.publish_run(paths)
+    with interrupted_switch(settings.published_dir):
+        result = pipeline.publish_run(paths)
     _warn_not_computed(
         [entry["shard_id"] for entry in result["carried_over"]], "carried over from CURRENT"
     )
@@ -232,8 +235,11 @@ def rollback(
 ) -> None:
     """Point CURRENT back at an earlier complete, validated version, atomically."""
     from recs.nightly.publish import rollback as _rollback
+    from recs.nightly.switch import interrupted_switch
 
-    result = _rollback(current_settings(), to)
+    settings = current_settings()
+    with interrupted_switch(settings.published_dir):
+        result = _rollback(settings, to)
 
     def render(doc):
         if doc["changed"]:

@@ -131,8 +131,9 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
 
     with publisher_lock(published_dir):
         previous = current_version(published_dir)
-        refuse_unseen(published_dir, previous, "publish_run")
         newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
+        # a retry may finish its own switch cut off after the store's record (served.py)
+        refuse_unseen(published_dir, previous, "publish_run", finishing=None if newer else run_id)
         if newer is None:  # it becomes current: the gate must have compared with what it replaces
             _refuse_moved_baseline(published_dir, run_id, summary, previous)
         staging = _empty_dir(published_dir / f".{run_id}.staging")  # left by a crash? redo
@@ -190,7 +191,7 @@ def set_current(home_or_settings: Path | str | Settings, run_id: str) -> dict[st
         previous = current_version(published_dir, strict=False)  # it mends a damaged one
         # the store records the name CURRENT holds, its version folder gone or not
         named = current_version(published_dir, strict=False, require_folder=False)
-        refuse_unseen(published_dir, named, "set_current")
+        refuse_unseen(published_dir, named, "set_current", finishing=run_id)
         record_event(published_dir, "set_current", run_id, previous, current=True)
         write_current(published_dir, run_id)
     return {"run_id": run_id, "previous": previous}
@@ -234,7 +235,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
             raise RunNotFoundError(f"cannot roll back to {target}: {error}") from None
         if target != current:
             named = current_version(published_dir, strict=False, require_folder=False)
-            refuse_unseen(published_dir, named, "recs rollback")  # as the store records it
+            # as the store records it; a retry may finish its own switch (served.py)
+            refuse_unseen(published_dir, named, "recs rollback", finishing=target)
             record_event(published_dir, "rollback", target, current, current=True)
             write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,

@@ -11,12 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from recs.errors import RecsError, RunStoreError
-from recs.nightly import artifacts
+from recs.nightly import artifacts, history
 from recs.nightly.artifacts import RunStore
 
 
 def unseen_current(
-    published_dir: Path, here: str | None, store: RunStore | None = None
+    published_dir: Path,
+    here: str | None,
+    store: RunStore | None = None,
+    *,
+    finishing: str | None = None,
 ) -> str | None:
     """Why this machine must not act on ``published_dir`` (``here``: the version its
     ``CURRENT`` names, None if none), or None if it may: the run store (``store``, default the
@@ -25,20 +29,41 @@ def unseen_current(
     records nothing yet (a deployment that has just set one) or when it records ``here``.
     Callers act on it their own way: the gate compares with ``CURRENT`` (``baseline``),
     publishing and rollbacks move it (``publish``), ``recs gc`` keeps the runs behind it
-    (``retention``)."""
+    (``retention``).
+
+    ``finishing``: the version a command is about to make current. When the store records it
+    and the last switch this ``published/``'s history recorded is from ``here`` to it, this
+    machine began that switch and was cut off (killed) between the store's write and its own
+    ``CURRENT``'s (``switch.write_current``): running the command again may finish it. A stale
+    copy has no such event, and stays refused."""
     store = store if store is not None else artifacts.run_store()
     recorded = store.current() if store is not None else None
     if recorded is None or recorded == here:
+        return None
+    if recorded == finishing and _began_here(published_dir, here, finishing):
         return None
     seen = f"names {here}" if here else "has no CURRENT"
     return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
 
 
+def _began_here(published_dir: Path, here: str | None, target: str | None) -> bool:
+    """Whether the last switch of ``CURRENT`` recorded here is from ``here`` to ``target``."""
+    switches = [e for e in history.events(published_dir) if e.get("current")]
+    return bool(switches) and (switches[-1]["run_id"], switches[-1].get("previous")) == (
+        target, here)  # fmt: skip
+
+
 def refuse_unseen(
-    published_dir: Path, here: str | None, command: str, error: type[RecsError] = RunStoreError
+    published_dir: Path,
+    here: str | None,
+    command: str,
+    error: type[RecsError] = RunStoreError,
+    *,
+    finishing: str | None = None,
 ) -> None:
     """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
-    machine's ``published/`` is not the served one (``unseen_current``)."""
-    unseen = unseen_current(published_dir, here)
+    machine's ``published/`` is not the served one (``unseen_current``; ``finishing``: the
+    version the command makes current, as there)."""
+    unseen = unseen_current(published_dir, here, finishing=finishing)
     if unseen is not None:
         raise error(f"run {command} where published/ is: {unseen}")

@@ -6,12 +6,15 @@ the file, and what a failure at each step leaves and says.
 store (``artifacts.RunStore.set_current``), then replaces ``published/CURRENT`` atomically and
 durably; a write that fails sets the store's record back where it did not move, and says
 whether it moved (``SwitchError``). Callers hold the publisher lock (``publish.publisher_lock``):
-``publish_run``, ``set_current`` and ``rollback``.
+``publish_run``, ``set_current`` and ``rollback``. ``interrupted_switch`` warns of a switch a
+Ctrl-C cut short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from recs.errors import RecsError, SwitchError
@@ -50,9 +53,8 @@ def write_current(published_dir: Path, run_id: str) -> None:
     refused as from a stale copy (``served``). An ``OSError`` raises ``SwitchError`` saying
     whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
     the rename (the folder's fsync), and then a plain rollback run again would go one version
-    further back. Ctrl-C after the rename is raised as it came, after a warning saying so (the
-    command only says "aborted"), unless ``CURRENT`` named ``run_id`` already (a version
-    published again: nothing was switched)."""
+    further back. Ctrl-C is raised as it came; the command's ``interrupted_switch`` says
+    whether ``CURRENT`` moved."""
     store = run_store()
     before = store.current() if store is not None else None
     already = _named(published_dir) == run_id  # published again: nothing is switched
@@ -72,12 +74,29 @@ def write_current(published_dir: Path, run_id: str) -> None:
             ) from error
         if isinstance(error, OSError):
             raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
-        if moved is not False and not already:  # Ctrl-C after the rename: it happened
+        raise
+
+
+@contextlib.contextmanager
+def interrupted_switch(published_dir: Path) -> Iterator[None]:
+    """Around a command that may switch ``CURRENT`` (``recs publish``, ``rollback``, ``run``):
+    Ctrl-C passes on (the command says only "aborted", exit 130), after a warning if ``CURRENT``
+    names another version than when the command began, whenever the interrupt came: during
+    the folder's sync after the rename, or once ``write_current`` had returned. A plain
+    rollback run again would then go one version further back. (Reviews found both windows.)"""
+    before = _named(published_dir)
+    try:
+        yield
+    except KeyboardInterrupt:
+        after = _named(published_dir)
+        if after != before:
             log.warning(
-                "interrupted while switching CURRENT to %s: CURRENT %s; check it with `recs "
-                "runs` before running anything again (a plain `recs rollback` again would go "
-                "one version further back)",
-                run_id, f"names {run_id} now" if moved else "cannot be read back",
+                "interrupted once CURRENT was switched: CURRENT %s (it named %s when the "
+                "command began); check it with `recs runs` before running anything again (a "
+                "plain `recs rollback` again would go one version further back)",
+                "cannot be read back" if after is _UNREADABLE else f"names {after} now",
+                "nothing" if before is None else "what cannot be read"
+                if before is _UNREADABLE else before,
             )  # fmt: skip
         raise
 

@@ -369,10 +369,9 @@ def test_recs_run_ends_with_how_it_ended():
         "(was none); the gate compared with nothing (nothing is published yet)"
     )
     assert _run_outcome(doc(False, "cli__2026-11-05", "cli__2026-11-05")) == (
-        "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; published beside "
-        "CURRENT cli__2026-11-05, a later snapshot: `recs rollback --to cli__2026-11-01` serves "
-        "it; the gate compared with cli__2026-11-05"
-    )
+        "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; CURRENT stays on "
+        "cli__2026-11-05, a later snapshot; the gate compared with cli__2026-11-05"
+    )  # the way to serve it is the publish's warning's (a newcomer read it twice)
 
 
 def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):

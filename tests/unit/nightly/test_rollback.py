@@ -213,12 +213,21 @@ def test_a_switch_that_failed_is_shown_as_failed_in_the_history(three, monkeypat
     ]
 
 
-def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, caplog):
-    """(A review's.) Ctrl-C as the folder is synced after CURRENT's rename: the interrupt goes
-    on (the command exits "aborted"), after a warning that CURRENT names the new version now,
-    so a plain rollback is not simply run again. Ctrl-C before the rename warns of nothing."""
+def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, capsys, caplog):
+    """(Two reviews'.) Ctrl-C after CURRENT's rename, as the folder is synced, or once
+    ``write_current`` has returned and the command is finishing: `recs rollback` exits
+    "aborted" (130), after a warning that CURRENT names the new version now, so a plain
+    rollback is not simply run again. Ctrl-C before the rename, or during a publish of the
+    version CURRENT names already, warns of nothing."""
+    from recs import cli
+    from recs.config import get_settings
     from recs.files import atomic_write
+    from recs.nightly import publish as publish_module
     from recs.nightly import switch
+
+    monkeypatch.setenv("RECS_HOME", str(three.home))
+    get_settings.cache_clear()
+    real_write_current = switch.write_current
 
     @contextlib.contextmanager
     def interrupted_after_rename(path, **kwargs):
@@ -229,27 +238,45 @@ def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, caplog):
     def interrupted_before(path, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(switch, "atomic_write", interrupted_before)
-    with caplog.at_level("WARNING", logger="recs.nightly.switch"):
-        with pytest.raises(KeyboardInterrupt):
-            rollback(three)
-        assert caplog.messages == []
+    def interrupted_once_returned(published_dir, run_id):
+        real_write_current(published_dir, run_id)
+        raise KeyboardInterrupt  # as if it came at the next bytecode
+
+    def recs(*args: str) -> tuple[int, list[str]]:
+        """Exit code and what the CLI says: its warnings (logged) and its stderr."""
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="recs.nightly.switch"):
+            code = cli.main(list(args))
+        said = [f"WARNING {r.name}: {r.getMessage()}" for r in caplog.records]
+        return code, said + [line for line in capsys.readouterr().err.splitlines() if line]
+
+    def warned(now: str, began: str) -> list[str]:
+        return [
+            f"WARNING recs.nightly.switch: interrupted once CURRENT was switched: CURRENT names "
+            f"{now} now (it named {began} when the command began); check it with `recs runs` "
+            "before running anything again (a plain `recs rollback` again would go one version "
+            "further back)",
+            "recs: aborted",
+        ]
+
+    try:
+        monkeypatch.setattr(switch, "atomic_write", interrupted_before)
+        assert recs("rollback") == (130, ["recs: aborted"])
         assert current_version(three.published_dir) == "night_3"
         monkeypatch.setattr(switch, "atomic_write", interrupted_after_rename)
-        with pytest.raises(KeyboardInterrupt):
-            rollback(three)
-    assert current_version(three.published_dir) == "night_2"
-    assert caplog.messages == [
-        "interrupted while switching CURRENT to night_2: CURRENT names night_2 now; check it "
-        "with `recs runs` before running anything again (a plain `recs rollback` again would "
-        "go one version further back)"
-    ]
-    caplog.clear()  # (a review's) published again: CURRENT named it before, nothing switched
-    monkeypatch.setattr(switch, "atomic_write", interrupted_before)
-    with caplog.at_level("WARNING", logger="recs.nightly.switch"):
-        with pytest.raises(KeyboardInterrupt):
-            switch.write_current(three.published_dir, "night_2")
-    assert caplog.messages == []
+        assert recs("rollback") == (130, warned("night_2", "night_3"))
+        assert current_version(three.published_dir) == "night_2"
+        monkeypatch.setattr(switch, "atomic_write", atomic_write)
+        monkeypatch.setattr(publish_module, "write_current", interrupted_once_returned)
+        assert recs("rollback") == (130, warned("night_1", "night_2"))
+        assert current_version(three.published_dir) == "night_1"
+        # published again: CURRENT named it before, nothing switched, nothing to warn of
+        first = RunPaths(three.home, dt.date(2026, 11, 1), "night_1")
+        first.snapshot_dir.mkdir(parents=True, exist_ok=True)  # the CLI finds a frozen run
+        first.snapshot_manifest.write_text(json.dumps({"settings": three.model_dump(mode="json")}))
+        assert recs("publish", "--snapshot-date", "2026-11-01") == (130, ["recs: aborted"])
+    finally:
+        get_settings.cache_clear()
 
 
 def test_ctrl_c_once_the_run_store_has_the_switch_sets_it_back(three, tmp_path, monkeypatch):
@@ -280,6 +307,53 @@ def test_ctrl_c_once_the_run_store_has_the_switch_sets_it_back(three, tmp_path, 
         assert current_version(three.published_dir) == store.current() == "night_3"
         assert rollback(three)["run_id"] == "night_2"  # run again: not refused
         assert current_version(three.published_dir) == store.current() == "night_2"
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def test_a_switch_killed_between_the_store_and_current_is_finished_by_a_retry(
+    three, tmp_path, monkeypatch
+):
+    """(An open item of earlier reviews.) A rollback killed (SIGKILL, for real) after the run
+    store recorded night_2 and before CURRENT moved: the store and CURRENT disagree, which is
+    how a stale copy of published/ looks, and every command was refused; the way out was
+    `recs rollback --to night_3`. This published/'s history holds the switch it began, so the
+    same rollback run again finishes it; a copy without that event stays refused
+    (test_commands' stale-copy test)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    store = artifacts.RunStore(url)
+    killed_at_current = (
+        "import os, signal\n"
+        "from recs.nightly import switch\n"
+        "def killed(path, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "switch.atomic_write = killed\n"
+        "from recs.nightly.publish import rollback\n"
+        f"rollback({str(three.home)!r})\n"
+    )
+    try:
+        rollback(three, to="night_3")  # the store records night_3
+        done = subprocess.run([sys.executable, "-c", killed_at_current], env=dict(os.environ),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        assert (store.current(), current_version(three.published_dir)) == ("night_2", "night_3")
+        assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
+        assert store.current() == current_version(three.published_dir) == "night_2"
+        with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
+            store.set_current("night_1")  # another machine's switch since: not this one's
+            rollback(three)
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
