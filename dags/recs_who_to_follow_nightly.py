@@ -124,9 +124,13 @@ def _stages_not_succeeded(task_ids: tuple[str, ...]) -> dict[str, str]:
 
 
 def _paths(run: dict[str, str]):
+    """The run's paths under this task's own ``RECS_HOME``: ``run["home"]`` is the home of the
+    task that made the reference (shown in XCom), which another worker may not have; a relative
+    home is taken from each worker's own working directory too."""
+    from recs.config import get_settings
     from recs.nightly.runs import RunPaths
 
-    return RunPaths.create(run["home"], run["snapshot_date"], run["run_id"])
+    return RunPaths.create(get_settings().home, run["snapshot_date"], run["run_id"])
 
 
 @dag(

@@ -487,7 +487,12 @@ class Settings(BaseSettings):
         """A relative folder (``RECS_HOME`` defaults to ``data``) is taken from the working
         directory once, here: what a command prints or records names it in full. Symbolic
         links are kept (``absolute``, not ``resolve``)."""
-        return None if value is None else value.expanduser().absolute()
+        if value is None:
+            return None
+        try:
+            return value.expanduser().absolute()
+        except RuntimeError as error:  # "~nosuchuser/x": a ValidationError, one line
+            raise ValueError(f"cannot expand {str(value)!r}: {error}") from None
 
     @field_validator("run_store_url")
     @classmethod

@@ -202,6 +202,24 @@ def test_an_invalid_run_id_fails_the_first_task_without_retries(monkeypatch, tmp
         get_settings.cache_clear()
 
 
+def test_each_task_finds_the_run_under_its_own_home(monkeypatch, tmp_path):
+    """(From a review.) The run reference in XCom names the home of the task that made it; a
+    task on another worker works under its own ``RECS_HOME``, as the README says, relative
+    ones included (from its own working directory), never under the other worker's."""
+    from recs.config import get_settings
+
+    module = _dag_module()
+    run = {"home": "/elsewhere/m1/data", "snapshot_date": "2026-11-01", "run_id": "night_1"}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RECS_HOME", "data")
+    get_settings.cache_clear()
+    try:
+        paths = module._paths(run)
+    finally:
+        get_settings.cache_clear()
+    assert paths.run_dir == tmp_path / "data" / "runs" / "2026-11-01" / "night_1"
+
+
 def test_a_manual_run_without_a_logical_date_takes_the_latest_complete_day(monkeypatch, tmp_path):
     """Triggered at 2026-11-02 00:30 or 23:59 UTC with no logical date: the run is of 11-01, the
     day the schedule's run after midnight covers (11-02 is not over: its freeze would be

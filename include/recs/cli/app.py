@@ -83,6 +83,31 @@ def current_settings():
 
 
 def chosen_run(snapshot_date: str | None, run_id: str | None):
+    """``_chosen_run``, with ``note_other_runs``."""
+    paths = _chosen_run(snapshot_date, run_id)
+    note_other_runs(paths, run_id)
+    return paths
+
+
+def note_other_runs(paths, run_id: str | None) -> None:
+    """One stderr note when the run was picked without ``--run-id`` from a date holding other
+    frozen runs. (A newcomer's run stopped by Ctrl-C became what every command of that date
+    read, validated and published, without a word.)"""
+    if run_id is not None:
+        return
+    from recs.nightly.runs import frozen_runs
+
+    others = sorted(set(frozen_runs(paths.home, paths.snapshot_date)) - {paths.run_id})
+    if others:
+        err.print(
+            f"recs: note: {paths.snapshot_date.isoformat()} has {len(others) + 1} runs; this is "
+            f"{paths.run_id}, frozen last (--run-id picks another: {', '.join(others)})",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _chosen_run(snapshot_date: str | None, run_id: str | None):
     """The run a reading command is about (``RunPaths``): the given one; without a date, the
     latest date holding a frozen run (of that id, if given), and there the run ``RunPaths.find``
     picks for that date (the one whose snapshot was frozen last), so a command gives the same

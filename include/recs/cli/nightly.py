@@ -27,6 +27,7 @@ from recs.cli.app import (
     current_settings,
     emit,
     err,
+    note_other_runs,
     out,
     print_mapping,
     print_whole,
@@ -123,6 +124,7 @@ def shard_run(
     from recs.nightly.artifacts import find_run
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
+    note_other_runs(paths, run_id)
     _warn_frozen(paths)
     result = pipeline.traverse_shard(paths, shard)
     emit(result, as_json, lambda doc: print_mapping(f"shard {shard:03d} of {paths.run_id}", doc))
@@ -150,6 +152,7 @@ def validate(
     from recs.nightly.artifacts import find_run
 
     paths = find_run(current_settings().home, snapshot_date, run_id)
+    note_other_runs(paths, run_id)
     _warn_frozen(paths)
     result = pipeline.validate_run(paths)
     _warn_not_computed(result["failed_shards"], "a publish carries them over from CURRENT")
@@ -168,6 +171,7 @@ def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonO
 
     settings = current_settings()
     paths = find_run(settings.home, snapshot_date, run_id)
+    note_other_runs(paths, run_id)
     _warn_frozen(paths)
     with interrupted_switch(settings.published_dir):
         result = pipeline.publish_run(paths)

@@ -65,7 +65,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
             "traversals per kernel second": (
                 int(traversals / kernel_seconds) if kernel_seconds else 0
             ),
-            "validation": _outcome(validation),
+            "validation": _outcome(validation) + _stale(validation_file, paths, shard_count),
             "published": _publication(home, paths),
         }
     )
@@ -82,20 +82,50 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
 def _publication(home: Path, paths: RunPaths) -> str:
     """Whether the run is published and served, in words. (A newcomer's `make demo` published
     beside a later snapshot's version left by earlier CLI runs; only the DAG's log said so, and
-    `recs recommend` served the other version.)"""
+    `recs recommend` served the other version.) A version that cannot be served (damaged,
+    incomplete, not validated: ``publish.check_servable``) says so instead of a remedy that
+    would be refused."""
+    from recs.nightly.publish import check_servable
+
     published_dir = Path(home) / "published"
-    try:
-        manifest = read_json(version_dir(published_dir, paths.run_id) / MANIFEST_FILE)
-    except (RecsError, OSError):
+    if not version_dir(published_dir, paths.run_id).is_dir():
         return "no"
-    if manifest.get("snapshot_date") != paths.snapshot_date.isoformat():
-        return f"no (the published {paths.run_id} is of {manifest.get('snapshot_date')})"
+    try:
+        date = read_json(version_dir(published_dir, paths.run_id) / MANIFEST_FILE).get(
+            "snapshot_date"
+        )
+    except (RecsError, OSError):
+        date = paths.snapshot_date.isoformat()  # judged below, with the reason
+    if date != paths.snapshot_date.isoformat():
+        return f"no (the published {paths.run_id} is of another snapshot: {date})"
     current = current_version(published_dir, strict=False)
+    try:
+        check_servable(published_dir, paths.run_id)
+    except (RecsError, OSError) as error:
+        named = " CURRENT names it, but" if current == paths.run_id else ""
+        return f"damaged:{named} it cannot be served ({error})"
     if current == paths.run_id:
         return "yes, and CURRENT names it (served)"
     if current is None:
         return "yes, but CURRENT names no version (`recs runs` says why)"
     return f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
+
+
+def _stale(validation_file: Path, paths: RunPaths, shard_count: int) -> str:
+    """`` (stale: ...)`` when a shard's output is newer than the gate's verdict (a newcomer's
+    rerun, stopped before its gate, showed 4 of 4 shards beside the earlier "nothing to
+    validate"), else ``""``."""
+    try:
+        judged = validation_file.stat().st_mtime
+    except OSError:
+        return ""
+    for shard_id in range(shard_count):
+        try:
+            if paths.shard_manifest(shard_id).stat().st_mtime > judged:
+                return " (stale: shards were computed since; `recs validate` judges them)"
+        except OSError:
+            continue
+    return ""
 
 
 def _outcome(validation: dict[str, Any] | None) -> str:

@@ -52,7 +52,7 @@ RUN_ID_RULE = (
 _AIRFLOW_SEPARATORS = re.compile(r"[~:+]+")  # in Airflow's allowed_run_id_pattern, not in ours
 
 
-_DATE_SHAPE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE_SHAPE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII digits only (\d takes others)
 
 
 def parse_snapshot_date(value: str | dt.date, what: str = "snapshot date") -> dt.date:
@@ -63,15 +63,13 @@ def parse_snapshot_date(value: str | dt.date, what: str = "snapshot date") -> dt
         return value.date()
     if isinstance(value, dt.date):
         return value
-    text = str(value).strip()
+    text = str(value)
+    if not _DATE_SHAPE.fullmatch(text):  # fromisoformat takes 20261101 and 2026-W44-7 too
+        raise InvalidDateError(f"invalid {what} {value!r}: expected YYYY-MM-DD, e.g. 2026-11-01")
     try:
         return dt.date.fromisoformat(text)
     except ValueError as error:
-        if _DATE_SHAPE.fullmatch(text):
-            raise InvalidDateError(f"invalid {what} {value!r}: no such day ({error})") from None
-        raise InvalidDateError(
-            f"invalid {what} {value!r}: expected YYYY-MM-DD, e.g. 2026-11-01"
-        ) from None
+        raise InvalidDateError(f"invalid {what} {value!r}: no such day ({error})") from None
 
 
 def is_run_id(name: str) -> bool:
@@ -135,6 +133,17 @@ def default_run_id(snapshot_date: dt.date) -> str:
     return f"{CLI_RUN_ID_PREFIX}{snapshot_date.isoformat()}"
 
 
+def frozen_runs(home: Path, day: dt.date) -> list[str]:
+    """The run ids of ``day`` that froze their snapshot, the one frozen last at the end (what
+    ``RunPaths.find`` picks without a run id); folders not named as runs (``.trash``,
+    ``backup copy``) are not runs."""
+    found = (
+        p for p in (Path(home) / "runs" / day.isoformat()).glob("*/snapshot/manifest.json")
+        if is_run_id(p.parent.parent.name)
+    )  # fmt: skip
+    return [p.parent.parent.name for p in sorted(found, key=lambda p: p.stat().st_mtime)]
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """The run-scoped folders and files of one run.
@@ -167,14 +176,7 @@ class RunPaths:
         if run_id is not None:
             paths = cls(Path(home), day, check_run_id(run_id))
         else:
-            candidates = sorted(
-                (
-                    p
-                    for p in date_dir.glob("*/snapshot/manifest.json")
-                    if is_run_id(p.parent.parent.name)  # not .trash or "backup copy"
-                ),
-                key=lambda p: p.stat().st_mtime,
-            )
+            candidates = frozen_runs(home, day)
             if not candidates:
                 cut_off = (day + dt.timedelta(days=1)).isoformat()
                 raise RunNotFoundError(
@@ -182,7 +184,7 @@ class RunPaths:
                     f"snapshot): run the DAG or `recs run --snapshot-date {day.isoformat()}` "
                     f"first, once the day is over ({cut_off} 00:00 UTC)"
                 )
-            paths = cls(Path(home), day, candidates[-1].parent.parent.name)
+            paths = cls(Path(home), day, candidates[-1])
         if not paths.snapshot_manifest.exists():
             raise RunNotFoundError(
                 f"no run {paths.run_id} of {day.isoformat()}, or it has not frozen its snapshot "

@@ -341,7 +341,10 @@ def load_graph(graph_dir: Path) -> CappedGraph:
     graph_dir = Path(graph_dir)
     for name in GRAPH_FILES:
         if not (graph_dir / name).exists():
-            raise RunNotFoundError(f"missing graph file {graph_dir / name}: run build_graph first")
+            raise RunNotFoundError(
+                f"missing graph file {graph_dir / name}: the run's build_graph has not "
+                "finished (`recs run` with its date and run id, or the DAG run, makes it)"
+            )
     meta = read_json(graph_dir / "meta.json")
     if meta.get("format_version") != GRAPH_FORMAT_VERSION:
         raise SchemaMismatchError(

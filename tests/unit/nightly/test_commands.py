@@ -907,6 +907,12 @@ def test_a_relative_home_is_named_in_full(recs, tmp_path, monkeypatch):
     assert code == 0
     validation = tmp_path / "home" / "runs" / "2026-11-01" / "night_1" / "validation"
     assert json.loads(out)["summary"] == str(validation / "summary.json")
+    monkeypatch.setenv("RECS_HOME", "~no-such-user-here/data")  # (a review's) no traceback
+    code, _, err = recs("runs")
+    assert code == 2 and one_error(err) == (
+        "recs: error: invalid setting RECS_HOME: cannot expand '~no-such-user-here/data': "
+        "Could not determine home directory."
+    )
 
 
 def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
@@ -933,3 +939,57 @@ def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
     )
     (home / "published" / "CURRENT").write_text("")  # damaged from outside
     assert published(2) == "yes, but CURRENT names no version (`recs runs` says why)"
+    (home / "published" / "CURRENT").write_text("night_2\n")
+    manifest = home / "published" / "night_2" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])  # (a review's) truncated: not "no"
+    assert published(2).startswith(
+        "damaged: CURRENT names it, but it cannot be served (published version 'night_2' is "
+        f"damaged: {manifest} is damaged: not readable JSON"
+    )
+    next((home / "published" / "night_1").rglob("recommendations.parquet")).unlink()
+    assert published(1).startswith("damaged: it cannot be served (published version 'night_1'")
+
+
+def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):
+    """(From a newcomer: a rerun stopped before its gate showed 4 of 4 shards computed beside
+    the earlier attempt's "nothing to validate".) A shard output newer than the verdict marks
+    it stale; validating again clears the mark."""
+    paths, _ = night(tmp_path / "home", 1)
+
+    def validation() -> str:
+        code, out, _ = recs("summary", "--json")
+        assert code == 0
+        return json.loads(out)["totals"]["validation"]
+
+    assert validation() == "not run"
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
+    assert validation() == "passed"
+    judged = (paths.validation_dir / "summary.json").stat().st_mtime
+    os.utime(paths.shard_manifest(2), (judged + 5, judged + 5))  # shard 2 rerun since
+    assert validation() == (
+        "passed (stale: shards were computed since; `recs validate` judges them)"
+    )
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
+    os.utime(paths.shard_manifest(2), (judged, judged))
+    assert validation() == "passed"
+
+
+def test_a_run_picked_among_others_of_its_date_is_named_with_them(recs, tmp_path):
+    """(From a newcomer: a `recs run --run-id ctrlc-test` stopped by Ctrl-C became the run
+    every command of that date read, validated and published, without a word.) Picked without
+    --run-id among other frozen runs of the date, the run is named with the others; given
+    --run-id, or alone on its date, nothing is said."""
+    home = tmp_path / "home"
+    first, _ = night(home, 1)
+    code, _, err = recs("summary", "--snapshot-date", "2026-11-01")
+    assert code == 0 and err == []
+    second, settings = write_good_run(home, run_id="ctrlc-test", snapshot_date=dt.date(2026, 11, 1))
+    second.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    note = ("recs: note: 2026-11-01 has 2 runs; this is ctrlc-test, frozen last (--run-id "
+            "picks another: night_1)")  # fmt: skip
+    for args in (("summary", "--snapshot-date", "2026-11-01"), ("summary",),
+                 ("validate", "--snapshot-date", "2026-11-01")):  # fmt: skip
+        code, _, err = recs(*args)
+        assert code == 0 and err == [note], args
+    code, _, err = recs("summary", "--snapshot-date", "2026-11-01", "--run-id", "night_1")
+    assert code == 0 and err == []

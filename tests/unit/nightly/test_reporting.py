@@ -46,4 +46,5 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "traversals per shard second": 1_000,
         "traversals per kernel second": 2_000,
         "validation": "not run",
+        "published": "no",
     }

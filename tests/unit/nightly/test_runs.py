@@ -81,6 +81,10 @@ def test_an_airflow_run_id_given_to_the_cli_names_its_run():
          "must be in 1..12)"),
         ("11/01/2026", "snapshot date", "invalid snapshot date '11/01/2026': expected YYYY-MM-DD, "
          "e.g. 2026-11-01"),
+        # (a newcomer's) ISO 8601's other forms, padding and non-ASCII digits are refused too
+        *[(value, "snapshot date", f"invalid snapshot date {value!r}: expected YYYY-MM-DD, "
+           "e.g. 2026-11-01") for value in ("20261101", "2026-W44-7", " 2026-11-01",
+                                            "\uff12\uff10\uff12\uff16-11-01")],
     ],
 )  # fmt: skip
 def test_a_bad_date_says_what_is_wrong_with_it(value, what, message):
