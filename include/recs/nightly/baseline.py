@@ -31,17 +31,20 @@ class ReplacedVersion:
 
 
 def replaced_version(
-    published_dir: Path, shard_count: int, shard_ids: list[int]
+    published_dir: Path, shard_count: int, shard_ids: list[int], run_id: str | None = None
 ) -> tuple[ReplacedVersion | None, str | None]:
     """``(counts, None)`` of the version ``CURRENT`` names over ``shard_ids`` (tonight's shard
     ids under ``shard_count``), or ``(None, reason)`` when there is nothing to compare with:
     nothing published, a missing or incomplete version, or no users with lists in those shards.
     Reads the manifest, and the versions's ``user_id`` columns only if its shard count differs.
+    ``run_id``: the run the gate validates; if this machine's publish of it was killed after
+    the run store recorded it (``served.unseen_current``'s ``finishing``), the gate compares
+    with what ``CURRENT`` names here, the version that publish replaces.
     """
     published_dir = Path(published_dir)
     name = current_version(published_dir)
     # comparing with nothing, or another version, would decide the change checks wrongly
-    refuse_unseen(published_dir, name, "validate_run", ValidationEngineError)
+    refuse_unseen(published_dir, name, "validate_run", ValidationEngineError, finishing=run_id)
     if name is None:
         return None, "nothing is published yet: no version to compare with"
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recs.errors import RecsError, RunStoreError
-from recs.nightly import artifacts, history
+from recs.nightly import artifacts, switch
 from recs.nightly.artifacts import RunStore
 
 
@@ -31,26 +31,19 @@ def unseen_current(
     publishing and rollbacks move it (``publish``), ``recs gc`` keeps the runs behind it
     (``retention``).
 
-    ``finishing``: the version a command is about to make current. When the store records it
-    and the last switch this ``published/``'s history recorded is from ``here`` to it, this
-    machine began that switch and was cut off (killed) between the store's write and its own
-    ``CURRENT``'s (``switch.write_current``): running the command again may finish it. A stale
-    copy has no such event, and stays refused."""
+    ``finishing``: the version a command is about to make current (or, for the gate, the run
+    it validates). When the store records it and this machine began that very switch from
+    ``here`` and was cut off (killed) between the store's write and its own ``CURRENT``'s
+    (``switch.began_here``), running the command again may finish it. A stale copy, or a
+    switch that failed and set the store back, stays refused."""
     store = store if store is not None else artifacts.run_store()
     recorded = store.current() if store is not None else None
     if recorded is None or recorded == here:
         return None
-    if recorded == finishing and _began_here(published_dir, here, finishing):
+    if recorded == finishing and switch.began_here(published_dir, here, finishing):
         return None
     seen = f"names {here}" if here else "has no CURRENT"
     return f"the run store records CURRENT = {recorded} while {published_dir} here {seen}"
-
-
-def _began_here(published_dir: Path, here: str | None, target: str | None) -> bool:
-    """Whether the last switch of ``CURRENT`` recorded here is from ``here`` to ``target``."""
-    switches = [e for e in history.events(published_dir) if e.get("current")]
-    return bool(switches) and (switches[-1]["run_id"], switches[-1].get("previous")) == (
-        target, here)  # fmt: skip
 
 
 def refuse_unseen(

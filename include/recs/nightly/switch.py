@@ -6,24 +6,34 @@ the file, and what a failure at each step leaves and says.
 store (``artifacts.RunStore.set_current``), then replaces ``published/CURRENT`` atomically and
 durably; a write that fails sets the store's record back where it did not move, and says
 whether it moved (``SwitchError``). Callers hold the publisher lock (``publish.publisher_lock``):
-``publish_run``, ``set_current`` and ``rollback``. ``interrupted_switch`` warns of a switch a
-Ctrl-C cut short.
+``publish_run``, ``set_current`` and ``rollback``. With a run store, ``SWITCHING_FILE`` marks
+a switch in progress: a kill between the store's record and the file leaves it, and the same
+command run again finishes the switch (``began_here``, ``served``). ``interrupted_switch``
+warns of a switch a Ctrl-C cut short.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from recs.errors import RecsError, SwitchError
-from recs.files import atomic_write
+from recs.files import atomic_write, write_json
 from recs.nightly import history
 from recs.nightly.artifacts import RunStore, run_store
 from recs.published import CURRENT_FILE, current_version
 
 log = logging.getLogger("recs.nightly.switch")
+
+SWITCHING_FILE = ".switching"
+"""``published/.switching``: ``{"from": what CURRENT named, "to": run_id}`` while this machine
+switches ``CURRENT`` with a run store (hidden: no run id starts with a dot)."""
+ATTEMPTS: list[str] = []
+"""The run ids this process began to write into ``CURRENT``, in order (``interrupted_switch``
+tells its own switch from another process's by it)."""
 
 
 def record_event(
@@ -54,12 +64,20 @@ def write_current(published_dir: Path, run_id: str) -> None:
     whether ``CURRENT`` names ``run_id`` now (``_switch_failed``): the failure can come after
     the rename (the folder's fsync), and then a plain rollback run again would go one version
     further back. Ctrl-C is raised as it came; the command's ``interrupted_switch`` says
-    whether ``CURRENT`` moved."""
+    whether ``CURRENT`` moved.
+
+    With a run store, ``SWITCHING_FILE`` says from the start of the switch to its end which
+    switch this machine is making; a kill between the store's record and ``CURRENT``'s write
+    leaves it, and the same command run again may then finish the switch (``began_here``)."""
     store = run_store()
     before = store.current() if store is not None else None
-    already = _named(published_dir) == run_id  # published again: nothing is switched
+    named_before = _named(published_dir)
+    already = named_before == run_id  # published again: nothing is switched
+    ATTEMPTS.append(run_id)
     try:
         if store is not None:  # in the try: Ctrl-C once the store has it is set back too
+            if named_before is not _UNREADABLE:
+                write_json(published_dir / SWITCHING_FILE, {"from": named_before, "to": run_id})
             store.set_current(run_id)
         with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
             handle.write(f"{run_id}\n")
@@ -67,6 +85,8 @@ def write_current(published_dir: Path, run_id: str) -> None:
         named = _named(published_dir)
         moved = None if named is _UNREADABLE else named == run_id  # None: the record stays
         set_back = _set_back(store, run_id, before) if store and moved is False else None
+        if moved is not None and set_back is None:  # the store agrees with CURRENT again
+            _switch_ended(published_dir)
         if isinstance(error, OSError) and already:  # a republish: nothing was to move
             raise SwitchError(
                 f"could not write CURRENT, which names {run_id} already (nothing was switched): "
@@ -75,6 +95,28 @@ def write_current(published_dir: Path, run_id: str) -> None:
         if isinstance(error, OSError):
             raise SwitchError(_switch_failed(published_dir, run_id, error, set_back)) from error
         raise
+    _switch_ended(published_dir)
+
+
+def _switch_ended(published_dir: Path) -> None:
+    """Remove ``SWITCHING_FILE``; a failure only logs (the switch's outcome stands, and a file
+    left names a switch whose retry is then allowed to end it again)."""
+    try:
+        (published_dir / SWITCHING_FILE).unlink(missing_ok=True)
+    except OSError as error:
+        log.warning("could not remove %s: %s", published_dir / SWITCHING_FILE, error)
+
+
+def began_here(published_dir: Path, here: str | None, target: str | None) -> bool:
+    """Whether this machine began a switch of ``CURRENT`` from ``here`` to ``target`` and was
+    cut off before its end (``SWITCHING_FILE`` left by a kill). A switch that failed and set
+    the store back, or ended, removed the file; a stale copy of ``published/`` has none."""
+    try:
+        document = json.loads((published_dir / SWITCHING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and (document.get("from"), document.get("to")) == (
+        here, target)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -84,12 +126,13 @@ def interrupted_switch(published_dir: Path) -> Iterator[None]:
     names another version than when the command began, whenever the interrupt came: during
     the folder's sync after the rename, or once ``write_current`` had returned. A plain
     rollback run again would then go one version further back. (Reviews found both windows.)"""
-    before = _named(published_dir)
+    before, attempted = _named(published_dir), len(ATTEMPTS)
     try:
         yield
     except KeyboardInterrupt:
         after = _named(published_dir)
-        if after != before:
+        mine = ATTEMPTS[attempted:]  # another process's switch meanwhile is not this one's
+        if mine and after != before and (after is _UNREADABLE or after == mine[-1]):
             log.warning(
                 "interrupted once CURRENT was switched: CURRENT %s (it named %s when the "
                 "command began); check it with `recs runs` before running anything again (a "

@@ -204,7 +204,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         report.current = current_version(settings.published_dir, strict=False)
         report.current_manifest = manifest_digest(settings.published_dir, report.current)
         report.replaced, report.not_compared = replaced_version(
-            settings.published_dir, settings.shard_count, shards.computed
+            settings.published_dir, settings.shard_count, shards.computed, paths.run_id
         )
         log.info(
             "validate %s: %d of %d shards computed (%d validated here), %d rows; %.2fs",

@@ -270,6 +270,19 @@ def test_ctrl_c_after_current_moved_says_so(three, monkeypatch, capsys, caplog):
         monkeypatch.setattr(publish_module, "write_current", interrupted_once_returned)
         assert recs("rollback") == (130, warned("night_1", "night_2"))
         assert current_version(three.published_dir) == "night_1"
+        # another process switched CURRENT meanwhile (this one waited for the lock): not this
+        # command's switch, nothing to warn of (a review's)
+        def switched_elsewhere(published_dir):
+            (published_dir / "CURRENT").write_text("night_2\n")
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(publish_module, "publisher_lock", switched_elsewhere)
+        assert recs("rollback") == (130, ["recs: aborted"])
+        assert current_version(three.published_dir) == "night_2"
+        monkeypatch.undo()
+        monkeypatch.setenv("RECS_HOME", str(three.home))
+        (three.published_dir / "CURRENT").write_text("night_1\n")
+        monkeypatch.setattr(publish_module, "write_current", interrupted_once_returned)
         # published again: CURRENT named it before, nothing switched, nothing to warn of
         first = RunPaths(three.home, dt.date(2026, 11, 1), "night_1")
         first.snapshot_dir.mkdir(parents=True, exist_ok=True)  # the CLI finds a frozen run
@@ -354,6 +367,92 @@ def test_a_switch_killed_between_the_store_and_current_is_finished_by_a_retry(
         with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
             store.set_current("night_1")  # another machine's switch since: not this one's
             rollback(three)
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def test_a_publish_killed_between_the_store_and_current_is_gated_and_finished_again(
+    three, tmp_path, monkeypatch
+):
+    """(A review's.) `recs run` run again after its publish was killed between the run store's
+    record (night_4) and CURRENT's write (night_3) validates again before it publishes: the
+    gate compares with what CURRENT names here (night_3), the version the publish replaces,
+    instead of erring as on a stale copy and leaving the run unpublishable; the publish then
+    finishes the switch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    store = artifacts.RunStore(url)
+    paths, settings = write_good_run(three.home, run_id="night_4",
+                                     snapshot_date=dt.date(2026, 11, 4))  # fmt: skip
+    killed_at_current = (
+        "import datetime, os, signal\n"
+        "from recs.config import Settings\n"
+        "from recs.nightly import switch\n"
+        "from recs.nightly.publish import publish_run\n"
+        "from recs.nightly.runs import RunPaths\n"
+        "def killed(path, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "switch.atomic_write = killed\n"
+        f"settings = Settings.model_validate({settings.model_dump(mode='json')!r})\n"
+        f"publish_run(RunPaths(settings.home, datetime.date(2026, 11, 4), 'night_4'), settings)\n"
+    )
+    try:
+        rollback(three, to="night_3")  # the store records night_3
+        assert validate_run(paths, settings)["compared_with"] == "night_3"
+        done = subprocess.run([sys.executable, "-c", killed_at_current], env=dict(os.environ),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        assert (store.current(), current_version(three.published_dir)) == ("night_4", "night_3")
+        assert validate_run(paths, settings)["compared_with"] == "night_3"
+        assert publish_run(paths, settings)["previous"] == "night_3"
+        assert store.current() == current_version(three.published_dir) == "night_4"
+        assert not (three.published_dir / ".switching").exists()
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def test_a_switch_that_failed_and_set_the_store_back_is_not_finished_later(
+    three, tmp_path, monkeypatch
+):
+    """(A review's.) A rollback to night_2 fails (a full disk) and sets the store back; then
+    the served machine, a copy of this home, rolls back to night_2 itself. This home is a stale
+    copy now: its rollback to night_2 is refused, though its history's last event is that very
+    switch (the failed one)."""
+    from recs.config import get_settings
+    from recs.nightly import artifacts, switch
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    store = artifacts.RunStore(url)
+
+    def full_disk(path, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    try:
+        rollback(three, to="night_3")
+        with monkeypatch.context() as patch:
+            patch.setattr(switch, "atomic_write", full_disk)
+            with pytest.raises(SwitchError, match="still names night_3, so run the command"):
+                rollback(three, to="night_2")
+        assert store.current() == "night_3"
+        store.set_current("night_2")  # the served machine's rollback
+        with pytest.raises(RunStoreError, match="records CURRENT = night_2 while"):
+            rollback(three, to="night_2")
+        assert current_version(three.published_dir) == "night_3"
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
