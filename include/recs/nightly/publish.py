@@ -240,7 +240,7 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
             record_event(published_dir, "rollback", target, current, current=True)
             write_current(published_dir, target)
         else:  # recorded again: how a deployment that just set a run store records CURRENT,
-            record_in_run_store(target)  # or mends a record lost or wrong, where CURRENT is served
+            record_in_run_store(published_dir, target)  # or mends a record lost or wrong
     return {"run_id": target, "previous": current, "changed": target != current}
 
 

@@ -20,8 +20,9 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from recs import files
 from recs.errors import RecsError, SwitchError
-from recs.files import atomic_write, write_json
+from recs.files import atomic_write
 from recs.nightly import history
 from recs.nightly.artifacts import RunStore, run_store
 from recs.published import CURRENT_FILE, current_version
@@ -71,13 +72,11 @@ def write_current(published_dir: Path, run_id: str) -> None:
     leaves it, and the same command run again may then finish the switch (``began_here``)."""
     store = run_store()
     before = store.current() if store is not None else None
-    named_before = _named(published_dir)
-    already = named_before == run_id  # published again: nothing is switched
+    already = _named(published_dir) == run_id  # published again: nothing is switched
     ATTEMPTS.append(run_id)
     try:
         if store is not None:  # in the try: Ctrl-C once the store has it is set back too
-            if named_before is not _UNREADABLE:
-                write_json(published_dir / SWITCHING_FILE, {"from": named_before, "to": run_id})
+            _switch_began(published_dir, run_id)
             store.set_current(run_id)
         with atomic_write(published_dir / CURRENT_FILE, sync_folder=True) as handle:
             handle.write(f"{run_id}\n")
@@ -98,6 +97,15 @@ def write_current(published_dir: Path, run_id: str) -> None:
     _switch_ended(published_dir)
 
 
+def _switch_began(published_dir: Path, run_id: str) -> None:
+    """Write ``SWITCHING_FILE``, durably (the store's record it precedes is): ``from`` is the
+    name ``CURRENT`` holds as the commands compare it with the store's (None for none, an empty,
+    damaged or unreadable one: ``current_version(strict=False, require_folder=False)``)."""
+    here = current_version(published_dir, strict=False, require_folder=False)
+    with files.atomic_write(published_dir / SWITCHING_FILE, sync_folder=True) as handle:
+        json.dump({"from": here, "to": run_id}, handle, sort_keys=True)
+
+
 def _switch_ended(published_dir: Path) -> None:
     """Remove ``SWITCHING_FILE``; a failure only logs (the switch's outcome stands, and a file
     left names a switch whose retry is then allowed to end it again)."""
@@ -110,7 +118,8 @@ def _switch_ended(published_dir: Path) -> None:
 def began_here(published_dir: Path, here: str | None, target: str | None) -> bool:
     """Whether this machine began a switch of ``CURRENT`` from ``here`` to ``target`` and was
     cut off before its end (``SWITCHING_FILE`` left by a kill). A switch that failed and set
-    the store back, or ended, removed the file; a stale copy of ``published/`` has none."""
+    the store back, or ended, or was given up (``record_in_run_store``) removed the file; a
+    stale copy of ``published/`` has none, unless it was copied in the middle of a switch."""
     try:
         document = json.loads((published_dir / SWITCHING_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -198,8 +207,11 @@ def _switch_failed(published_dir: Path, run_id: str, error: OSError, set_back: s
     return f"{what}; CURRENT still names {now or 'nothing'}, so run the command again"
 
 
-def record_in_run_store(run_id: str) -> None:
-    """Record in the run store, if one is set, that ``CURRENT`` names ``run_id``."""
+def record_in_run_store(published_dir: Path, run_id: str) -> None:
+    """Record in the run store, if one is set, that ``CURRENT`` names ``run_id``: the store and
+    ``CURRENT`` agree, so a switch this machine left unfinished is given up (``SWITCHING_FILE``
+    removed: a retry of it would otherwise pass where this machine is no longer served)."""
     store = run_store()
     if store is not None:
         store.set_current(run_id)
+        _switch_ended(published_dir)

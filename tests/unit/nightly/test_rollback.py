@@ -44,6 +44,21 @@ def three(tmp_path):
     return settings
 
 
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A run store (a local folder) the process's settings name, caches cleared around it."""
+    from recs.config import get_settings
+    from recs.nightly import artifacts
+
+    url = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    yield artifacts.RunStore(url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+
+
 def test_rollback_goes_to_the_version_before_current_then_further(three):
     published = three.published_dir
     assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
@@ -326,50 +341,22 @@ def test_ctrl_c_once_the_run_store_has_the_switch_sets_it_back(three, tmp_path, 
 
 
 def test_a_switch_killed_between_the_store_and_current_is_finished_by_a_retry(
-    three, tmp_path, monkeypatch
+    three, store
 ):
     """(An open item of earlier reviews.) A rollback killed (SIGKILL, for real) after the run
     store recorded night_2 and before CURRENT moved: the store and CURRENT disagree, which is
     how a stale copy of published/ looks, and every command was refused; the way out was
-    `recs rollback --to night_3`. This published/'s history holds the switch it began, so the
-    same rollback run again finishes it; a copy without that event stays refused
-    (test_commands' stale-copy test)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from recs.config import get_settings
-    from recs.nightly import artifacts
-
-    url = (tmp_path / "store").as_uri()
-    monkeypatch.setenv("RECS_RUN_STORE_URL", url)
-    get_settings.cache_clear()
-    artifacts._open.cache_clear()
-    store = artifacts.RunStore(url)
-    killed_at_current = (
-        "import os, signal\n"
-        "from recs.nightly import switch\n"
-        "def killed(path, **kwargs):\n"
-        "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "switch.atomic_write = killed\n"
-        "from recs.nightly.publish import rollback\n"
-        f"rollback({str(three.home)!r})\n"
-    )
-    try:
-        rollback(three, to="night_3")  # the store records night_3
-        done = subprocess.run([sys.executable, "-c", killed_at_current], env=dict(os.environ),
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert done.returncode == -signal.SIGKILL, done.stderr
-        assert (store.current(), current_version(three.published_dir)) == ("night_2", "night_3")
-        assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
-        assert store.current() == current_version(three.published_dir) == "night_2"
-        with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
-            store.set_current("night_1")  # another machine's switch since: not this one's
-            rollback(three)
-    finally:
-        get_settings.cache_clear()
-        artifacts._open.cache_clear()
+    `recs rollback --to night_3`. This published/ holds the switch it began (.switching), so
+    the same rollback run again finishes it; a copy without it stays refused (test_commands'
+    stale-copy test), and so does a switch made elsewhere since."""
+    rollback(three, to="night_3")  # the store records night_3
+    _killed_rollback(three.home)
+    assert (store.current(), current_version(three.published_dir)) == ("night_2", "night_3")
+    assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
+    assert store.current() == current_version(three.published_dir) == "night_2"
+    with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
+        store.set_current("night_1")  # another machine's switch since: not this one's
+        rollback(three)
 
 
 def test_a_publish_killed_between_the_store_and_current_is_gated_and_finished_again(
@@ -456,6 +443,50 @@ def test_a_switch_that_failed_and_set_the_store_back_is_not_finished_later(
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
+
+
+def _killed_rollback(home, to: str | None = None) -> None:
+    """A real ``recs.nightly.publish.rollback`` of ``home`` in a subprocess, SIGKILLed as it
+    writes CURRENT (after the run store recorded the switch)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal\n"
+        "from recs.nightly import switch\n"
+        "def killed(path, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "switch.atomic_write = killed\n"
+        "from recs.nightly.publish import rollback\n"
+        f"rollback({str(home)!r}, {to!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def test_a_killed_switch_mending_a_damaged_current_or_given_up_is_judged_right(
+    three, store
+):
+    """(A second review's.) A rollback --to night_2 that mends an empty CURRENT, killed after
+    the store (recording nothing before) took night_2: run again, it finishes. A killed switch
+    given up with `recs rollback --to <CURRENT>` (which records CURRENT in the store) is not
+    finished later, once another machine's switch made this one stale."""
+    (three.published_dir / "CURRENT").write_text("\n")  # damaged; the store records nothing
+    _killed_rollback(three.home, "night_2")
+    assert store.current() == "night_2"
+    assert rollback(three, to="night_2")["run_id"] == "night_2"
+    assert current_version(three.published_dir) == store.current() == "night_2"
+
+    _killed_rollback(three.home, "night_1")
+    assert (store.current(), current_version(three.published_dir)) == ("night_1", "night_2")
+    assert rollback(three, to="night_2")["changed"] is False  # given up: recorded again
+    assert store.current() == "night_2"
+    store.set_current("night_1")  # another machine, served since, rolled back
+    with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
+        rollback(three, to="night_1")
 
 
 def test_a_switch_that_failed_with_a_run_store_sets_its_record_back(three, tmp_path, monkeypatch):
