@@ -131,10 +131,11 @@ def began_here(published_dir: Path, here: str | None, target: str | None) -> boo
 @contextlib.contextmanager
 def interrupted_switch(published_dir: Path) -> Iterator[None]:
     """Around a command that may switch ``CURRENT`` (``recs publish``, ``rollback``, ``run``):
-    Ctrl-C passes on (the command says only "aborted", exit 130), after a warning if ``CURRENT``
-    names another version than when the command began, whenever the interrupt came: during
-    the folder's sync after the rename, or once ``write_current`` had returned. A plain
-    rollback run again would then go one version further back. (Reviews found both windows.)"""
+    Ctrl-C passes on (the command says only "aborted", exit 130), after a warning if this
+    process's own switch moved ``CURRENT`` (``ATTEMPTS``; another process's switch meanwhile is
+    not warned of), whenever the interrupt came: during the folder's sync after the rename, or
+    once ``write_current`` had returned. A plain rollback run again would then go one version
+    further back. (Reviews found both windows, and the other process's switch.)"""
     before, attempted = _named(published_dir), len(ATTEMPTS)
     try:
         yield
