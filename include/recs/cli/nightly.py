@@ -273,12 +273,11 @@ def gc(
     """Remove old runs, snapshots and published versions by the retention settings
     (RECS_RUN_RETENTION_DAYS, RECS_SNAPSHOT_RETENTION_DAYS, RECS_PUBLISHED_RETENTION_VERSIONS);
     never CURRENT or its predecessor."""
+    from recs.errors import InvalidDateError
     from recs.nightly.retention import collect_garbage
     from recs.nightly.runs import parse_snapshot_date
 
     day = parse_snapshot_date(today, "--today date") if today is not None else None
-    from recs.errors import InvalidDateError
-
     now = dt.datetime.now(dt.UTC).date()
     if day is not None and day > now and not dry_run:
         # a mistyped year would count every folder old: runs and snapshots gone before their time

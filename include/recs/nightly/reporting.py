@@ -30,9 +30,12 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     snapshot = read_json(paths.snapshot_manifest)
     shard_count = int(snapshot.get("shard_count") or snapshot["settings"]["shard_count"])
     shards: list[dict[str, Any]] = []
+    newest_shard = None  # the latest shard output's time, for _stale
     for shard_id in range(shard_count):
         if paths.shard_manifest(shard_id).is_file():
             shards.append(read_json(paths.shard_manifest(shard_id)))
+            mtime = paths.shard_manifest(shard_id).stat().st_mtime
+            newest_shard = mtime if newest_shard is None else max(newest_shard, mtime)
     done = {int(s.get("shard_id", -1)) for s in shards}
     failed = [shard_id for shard_id in range(shard_count) if shard_id not in done]
     validation_file = paths.validation_dir / "summary.json"
@@ -65,7 +68,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
             "traversals per kernel second": (
                 int(traversals / kernel_seconds) if kernel_seconds else 0
             ),
-            "validation": _outcome(validation) + _stale(validation_file, paths, shard_count),
+            "validation": _outcome(validation) + _stale(validation_file, newest_shard),
             "published": _publication(home, paths),
         }
     )
@@ -90,20 +93,22 @@ def _publication(home: Path, paths: RunPaths) -> str:
     published_dir = Path(home) / "published"
     if not version_dir(published_dir, paths.run_id).is_dir():
         return "no"
+    problem = None
     try:
-        date = read_json(version_dir(published_dir, paths.run_id) / MANIFEST_FILE).get(
-            "snapshot_date"
-        )
-    except (RecsError, OSError):
-        date = paths.snapshot_date.isoformat()  # judged below, with the reason
+        manifest = check_servable(published_dir, paths.run_id)  # reads the manifest once
+    except (RecsError, OSError) as error:
+        problem = error
+        try:  # which snapshot it is of, if that can be read
+            manifest = read_json(version_dir(published_dir, paths.run_id) / MANIFEST_FILE)
+        except (RecsError, OSError):
+            manifest = {"snapshot_date": paths.snapshot_date.isoformat()}
+    date = manifest.get("snapshot_date")
     if date != paths.snapshot_date.isoformat():
         return f"no (the published {paths.run_id} is of another snapshot: {date})"
     current = current_version(published_dir, strict=False)
-    try:
-        check_servable(published_dir, paths.run_id)
-    except (RecsError, OSError) as error:
+    if problem is not None:
         named = " CURRENT names it, but" if current == paths.run_id else ""
-        return f"damaged:{named} it cannot be served ({error})"
+        return f"damaged:{named} it cannot be served ({problem})"
     if current == paths.run_id:
         return "yes, and CURRENT names it (served)"
     if current is None:
@@ -111,20 +116,16 @@ def _publication(home: Path, paths: RunPaths) -> str:
     return f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
 
 
-def _stale(validation_file: Path, paths: RunPaths, shard_count: int) -> str:
-    """`` (stale: ...)`` when a shard's output is newer than the gate's verdict (a newcomer's
-    rerun, stopped before its gate, showed 4 of 4 shards beside the earlier "nothing to
-    validate"), else ``""``."""
+def _stale(validation_file: Path, newest_shard: float | None) -> str:
+    """`` (stale: ...)`` when a shard's output (``newest_shard``: its manifest's time) is newer
+    than the gate's verdict (a newcomer's rerun, stopped before its gate, showed 4 of 4 shards
+    beside the earlier "nothing to validate"), else ``""``."""
     try:
         judged = validation_file.stat().st_mtime
     except OSError:
         return ""
-    for shard_id in range(shard_count):
-        try:
-            if paths.shard_manifest(shard_id).stat().st_mtime > judged:
-                return " (stale: shards were computed since; `recs validate` judges them)"
-        except OSError:
-            continue
+    if newest_shard is not None and newest_shard > judged:
+        return " (stale: shards were computed since; `recs validate` judges them)"
     return ""
 
 

@@ -81,11 +81,28 @@ def is_run_id(name: str) -> bool:
 def run_dates(home: Path, run_id: str | None = None, *, frozen: bool = True) -> list[str]:
     """The dates (``YYYY-MM-DD``, oldest first) under ``<home>/runs`` that hold a run, of
     ``run_id`` if given (a checked id), whose snapshot is frozen (``frozen``) or whose folder
-    merely exists: folders that are not dates (``backup``, ``2026-13-01``) or not named as runs
-    (``.trash``, ``backup copy``) are passed over."""
+    merely exists (``_run_folders``)."""
+    return sorted({day for day, _, _ in _run_folders(home, "????-??-??", run_id, frozen)})
+
+
+def frozen_runs(home: Path, day: dt.date) -> list[str]:
+    """The run ids of ``day`` that froze their snapshot, the one frozen last at the end (what
+    ``RunPaths.find`` picks without a run id; ``_run_folders``)."""
+    found = _run_folders(home, day.isoformat(), None, True)
+    return [name for _, name, _ in sorted(found, key=lambda f: f[2].stat().st_mtime)]
+
+
+def _run_folders(
+    home: Path, day_glob: str, run_id: str | None, frozen: bool
+) -> list[tuple[str, str, Path]]:
+    """``(date, run id, match)`` of the run folders under ``<home>/runs/<day_glob>/``, of
+    ``run_id`` if given (a checked id); the match is the snapshot's manifest when ``frozen``
+    (only runs that froze), else the folder. The one rule of what is a run's folder: folders
+    that are not dates (``backup``, ``2026-13-01``) or not named as runs (``.trash``, ``backup
+    copy``) are passed over."""
     runs = Path(home) / "runs"
-    pattern = f"????-??-??/{run_id or '*'}" + ("/snapshot/manifest.json" if frozen else "")
-    found = set()
+    pattern = f"{day_glob}/{run_id or '*'}" + ("/snapshot/manifest.json" if frozen else "")
+    found = []
     for match in runs.glob(pattern):
         day, name = match.relative_to(runs).parts[:2]
         try:
@@ -93,8 +110,8 @@ def run_dates(home: Path, run_id: str | None = None, *, frozen: bool = True) -> 
         except ValueError:
             continue  # not a date a run could have
         if is_run_id(name):
-            found.add(day)
-    return sorted(found)
+            found.append((day, name, match))
+    return found
 
 
 def check_run_id(run_id: str) -> str:
@@ -131,17 +148,6 @@ CLI_RUN_ID_PREFIX = "cli__"
 def default_run_id(snapshot_date: dt.date) -> str:
     """The run id the CLI uses when none is given: ``cli__<snapshot_date>``."""
     return f"{CLI_RUN_ID_PREFIX}{snapshot_date.isoformat()}"
-
-
-def frozen_runs(home: Path, day: dt.date) -> list[str]:
-    """The run ids of ``day`` that froze their snapshot, the one frozen last at the end (what
-    ``RunPaths.find`` picks without a run id); folders not named as runs (``.trash``,
-    ``backup copy``) are not runs."""
-    found = (
-        p for p in (Path(home) / "runs" / day.isoformat()).glob("*/snapshot/manifest.json")
-        if is_run_id(p.parent.parent.name)
-    )  # fmt: skip
-    return [p.parent.parent.name for p in sorted(found, key=lambda p: p.stat().st_mtime)]
 
 
 @dataclass(frozen=True)

@@ -354,8 +354,8 @@ def test_a_switch_killed_between_the_store_and_current_is_finished_by_a_retry(
     assert (store.current(), current_version(three.published_dir)) == ("night_2", "night_3")
     assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
     assert store.current() == current_version(three.published_dir) == "night_2"
+    store.set_current("night_1")  # another machine's switch since: not this one's
     with pytest.raises(RunStoreError, match="records CURRENT = night_1 while"):
-        store.set_current("night_1")  # another machine's switch since: not this one's
         rollback(three)
 
 
