@@ -256,8 +256,8 @@ class Settings(BaseSettings):
         30,
         exclude=True,
         ge=1,
-        description="`recs gc` removes snapshots/<date>/ once its date is more than this many "
-        "days old.",
+        description="`recs gc` removes snapshots/<date>/ once its date, and the last change "
+        "in it, are more than this many days old.",
     )
     published_retention_versions: int = Field(
         7,

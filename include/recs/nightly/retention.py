@@ -9,9 +9,11 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
 - ``runs/<date>/<run_id>/``: removed once ``date`` is older than ``run_retention_days`` and
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
-- ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days``, with
-  its lock file ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both
-  under that lock taken without waiting: a freeze of the date in progress keeps them.
+- ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days`` and
+  nothing directly in the folder changed since that cut-off either (an old date frozen lately,
+  by a backfill or ``make demo``, is kept as its run is), with its lock file
+  ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both under that lock
+  taken without waiting: a freeze of the date in progress keeps them.
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -93,11 +95,15 @@ def collect_garbage(
         if not dry_run and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
-
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
-    folders = {p.name for p in _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)}
+    snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
+    dated = _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)
+    folders = {p.name for p in dated}
+    # an old date frozen lately (a backfill's, `make demo`'s) is kept by the rule of runs: a
+    # newcomer's `recs gc` right after the demo listed the snapshot the demo had just made
+    recent = {p.name for p in dated if _changed_since(p, snapshots_changed)}
     locks = _dates_before(retained.locked_dates(settings.home), snapshot_cutoff)
-    for date in sorted(folders.union(locks)):
+    for date in sorted(folders.union(locks) - recent):
         if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
         if dry_run:
@@ -123,7 +129,6 @@ def collect_garbage(
         removed["run_store"] = _prune_run_store(
             settings, current, run_cutoff, changed_cutoff, backing, dry_run=dry_run
         )
-        snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
         removed["run_store"] += _prune_store_snapshots(
             settings, snapshot_cutoff, snapshots_changed, dry_run=dry_run
         )
@@ -242,6 +247,10 @@ def _dates_before(names: list[str], cutoff: dt.date) -> list[str]:
 
 
 def _changed_since(folder: Path, timestamp: float) -> bool:
-    """Whether ``folder`` or anything directly in it was modified after ``timestamp``."""
-    entries = [folder, *folder.iterdir()]
-    return any(entry.stat().st_mtime > timestamp for entry in entries)
+    """Whether ``folder`` or anything directly in it was modified after ``timestamp`` (False
+    once it is gone: another ``recs gc`` removed it meanwhile)."""
+    try:
+        entries = [folder, *folder.iterdir()]
+        return any(entry.stat().st_mtime > timestamp for entry in entries)
+    except FileNotFoundError:
+        return False

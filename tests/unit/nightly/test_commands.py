@@ -185,7 +185,9 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     keeps night_2 (rolled back to, last used) and night_4, plus night_1, night_2's predecessor
     (the rollback target); night_3 goes. Runs (aged to their dates) older than 14 days before
     2026-12-01 go, except the runs of CURRENT and its predecessor and one changed lately;
-    snapshot folders older than 30 days go; names that are not dates stay."""
+    snapshot folders older than 30 days go, unless frozen lately (2026-10-20, as `make demo`'s
+    is: a newcomer's gc right after the demo listed its snapshot); names that are not dates
+    stay."""
     home = tmp_path / "home"
     for day in (1, 2, 3, 4):
         paths, settings = night(home, day)
@@ -197,8 +199,11 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     recent = home / "runs" / "2026-11-05" / "backfill"
     recent.mkdir(parents=True)
     age(recent, dt.date(2026, 11, 30))  # an old date, worked on yesterday: kept
-    for name in ("2026-10-01", "2026-11-15", "notes"):
+    for name in ("2026-10-01", "2026-10-20", "2026-11-15", "notes"):
         (home / "snapshots" / name).mkdir(parents=True)
+        (home / "snapshots" / name / "manifest.json").write_text("{}")
+    for name in ("2026-10-01", "2026-11-15"):
+        age(home / "snapshots" / name, dt.date.fromisoformat(name))
     monkeypatch.setenv("RECS_PUBLISHED_RETENTION_VERSIONS", "2")
 
     code, out, err = recs("gc", "--dry-run", "--today", "2026-12-01")
@@ -232,8 +237,11 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
         "2026-11-02",
         "2026-11-05",
     ]
-    assert sorted(p.name for p in (home / "snapshots").iterdir()) == ["2026-11-15", "notes"]
+    snapshots = home / "snapshots"
+    assert sorted(p.name for p in snapshots.iterdir()) == ["2026-10-20", "2026-11-15", "notes"]
     assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
+    age(snapshots / "2026-10-20", dt.date(2026, 10, 31))  # changed before the cut-off: it goes
+    assert recs("gc", "--today", "2026-12-01")[1] == "removed snapshots/2026-10-20\n"
     code, _, err = recs("gc", "--today", "2026-13-01")
     assert code == 2 and "invalid --today date '2026-13-01': no such day" in one_error(err)
     tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
@@ -286,6 +294,7 @@ def test_gc_keeps_the_snapshot_of_a_date_being_backfilled(recs, tmp_path):
 
     home = tmp_path / "home"
     (home / "snapshots" / "2026-10-01").mkdir(parents=True)
+    age(home / "snapshots" / "2026-10-01", dt.date(2026, 10, 1))
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home), "2026-10-01", "backfill"],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -314,6 +323,7 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
     for name in ("2026-10-01", "2026-10-03", "2026-11-20"):
         (root / name).mkdir(parents=True)
         (root / name / "manifest.json").write_text("{}")
+        age(root / name, dt.date.fromisoformat(name))
     for name in ("2026-10-01", "2026-10-02", "2026-10-03", "2026-11-20", "notes"):
         (root / f".{name}.lock").touch()
 
@@ -346,9 +356,11 @@ def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
     root = tmp_path / "home" / "snapshots"
     for name in ("2026-10-01", "2026-10-02"):
         (root / name).mkdir(parents=True)
+        age(root / name, dt.date.fromisoformat(name))
     (root / ".2026-10-01.lock").mkdir()
     elsewhere = tmp_path / "other disk" / "2026-10-03"
     elsewhere.mkdir(parents=True)
+    age(elsewhere, dt.date(2026, 10, 3))
     (root / "2026-10-03").symlink_to(elsewhere)  # an operator's: left, and said (a 2nd review)
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-02"]
@@ -754,6 +766,7 @@ def test_a_run_store_that_fails_leaves_the_local_retention_done(recs, tmp_path, 
 
     home = tmp_path / "home"
     (home / "snapshots" / "2026-10-01").mkdir(parents=True)
+    age(home / "snapshots" / "2026-10-01", dt.date(2026, 10, 1))
     _store_on(monkeypatch, (tmp_path / "store").as_uri())
 
     def down(self):
