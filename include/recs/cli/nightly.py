@@ -478,7 +478,9 @@ def _carried_text(carried: list[dict]) -> str:
 
 
 def _render_summary(doc: dict) -> None:
-    print_mapping(f"run {doc['run_id']} ({doc['snapshot_date']})", doc["totals"])
+    from recs.nightly.reporting import total_lines
+
+    print_mapping(f"run {doc['run_id']} ({doc['snapshot_date']})", total_lines(doc))
     table = Table(title="shards")
     for column in ("shard", "users_in", "with_recs", "rows", "traversals", "seconds"):
         table.add_column(column, justify="right")

@@ -16,15 +16,19 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     """Totals and per-shard figures of one run.
 
     Returns ``{"run_id", "snapshot_date", "totals": {...}, "shards": [shard manifest, ...],
-    "failed_shards": [shard id, ...], "validation": {...} | None}``. Totals: snapshot row
-    counts, shards done and not computed (no manifest: failed, or never run, as in a run
-    stopped by Ctrl-C; carried over if published so), eligible users (the snapshot's shard
-    plan, which the gate holds equal to dbt's count; else the computed shards') and those in
-    the computed shards, and in the computed shards: users with recommendations, rows,
-    traversals (second-hop expansions counted), the summed shard seconds, traversals per shard
-    second and per kernel second; and the gate's outcome. (A newcomer read "eligible users
-    29,562" of a run with two of four shards computed: half the 58,901 the gate reported.)
-    Raises ``RunNotFoundError`` if the run has no snapshot.
+    "failed_shards": [shard id, ...], "validation": {...} | None}``. Totals, keyed for programs
+    (``total_lines`` gives the labels ``recs summary`` prints): ``snapshot_rows`` ({table:
+    rows}); ``shards_done`` of ``shard_count`` (the others, ``failed_shards``, have no
+    manifest: failed, or never run, as in a run stopped by Ctrl-C; carried over if published
+    so); ``eligible_users`` (the snapshot's shard plan, which the gate holds equal to dbt's
+    count; else the computed shards') and ``eligible_users_in_computed_shards``; in the
+    computed shards ``users_with_recommendations``, ``recommendation_rows``, ``traversals``
+    (second-hop expansions counted), ``shard_seconds`` (summed) and the rates
+    ``traversals_per_shard_second`` and ``traversals_per_kernel_second``; the gate's outcome
+    ``validation`` ("passed", "failed", "errored", "nothing to validate", "not run") and
+    ``validation_stale`` (a shard computed after it); ``published`` in words. (A newcomer read
+    "eligible users 29,562" of a run with two of four shards computed: half the 58,901 the gate
+    reported.) Raises ``RunNotFoundError`` if the run has no snapshot.
     """
     paths = RunPaths.find(home, snapshot_date, run_id)
     snapshot = read_json(paths.snapshot_manifest)
@@ -41,37 +45,32 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     validation_file = paths.validation_dir / "summary.json"
     validation = read_json(validation_file) if validation_file.exists() else None
     counts = snapshot.get("row_counts", snapshot.get("counts", {}))
-    totals: dict[str, Any] = {
-        f"snapshot {name}": value for name, value in counts.items() if isinstance(value, int)
-    }
     shard_seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
     kernel_seconds = sum(float(s.get("kernel_seconds") or 0.0) for s in shards)
     traversals = sum(int(s.get("traversals", 0)) for s in shards)
     in_computed = sum(int(s.get("users_in", 0)) for s in shards)
     planned = (snapshot.get("shard_plan") or {}).get("eligible_users")
-    totals.update(
-        {
-            "shards done": f"{len(shards)} of {shard_count}",
-            "shards not computed": ", ".join(f"{i:03d}" for i in failed) or "none",
-            "eligible users": planned if isinstance(planned, int) else in_computed,
-            "eligible users in computed shards": in_computed,
-            "users with recommendations": sum(
-                int(s.get("users_with_recommendations", 0)) for s in shards
-            ),
-            "recommendation rows": sum(int(s.get("rows", 0)) for s in shards),
-            "traversals": traversals,
-            "shard seconds (sum)": round(shard_seconds, 3),
-            # the tasks' whole time (a fresh machine's first also compiles the kernel), and
-            # the compiled kernel's alone, its compiling left out (a newcomer's demo read
-            # 3.1 M/s, one shard's 6.3 s of compiling in it): the rate `make bench` measures
-            "traversals per shard second": int(traversals / shard_seconds) if shard_seconds else 0,
-            "traversals per kernel second": (
-                int(traversals / kernel_seconds) if kernel_seconds else 0
-            ),
-            "validation": _outcome(validation) + _stale(validation_file, newest_shard),
-            "published": _publication(home, paths),
-        }
-    )
+    totals: dict[str, Any] = {
+        "snapshot_rows": {name: value for name, value in counts.items() if isinstance(value, int)},
+        "shards_done": len(shards),
+        "shard_count": shard_count,
+        "eligible_users": planned if isinstance(planned, int) else in_computed,
+        "eligible_users_in_computed_shards": in_computed,
+        "users_with_recommendations": sum(
+            int(s.get("users_with_recommendations", 0)) for s in shards
+        ),
+        "recommendation_rows": sum(int(s.get("rows", 0)) for s in shards),
+        "traversals": traversals,
+        "shard_seconds": round(shard_seconds, 3),
+        # the tasks' whole time (a fresh machine's first also compiles the kernel), and the
+        # compiled kernel's alone, its compiling left out (a newcomer's demo read 3.1 M/s, one
+        # shard's 6.3 s of compiling in it): the rate `make bench` measures
+        "traversals_per_shard_second": int(traversals / shard_seconds) if shard_seconds else 0,
+        "traversals_per_kernel_second": int(traversals / kernel_seconds) if kernel_seconds else 0,
+        "validation": _outcome(validation),
+        "validation_stale": _stale(validation_file, newest_shard),
+        "published": _publication(home, paths),
+    }
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -116,17 +115,15 @@ def _publication(home: Path, paths: RunPaths) -> str:
     return f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
 
 
-def _stale(validation_file: Path, newest_shard: float | None) -> str:
-    """`` (stale: ...)`` when a shard's output (``newest_shard``: its manifest's time) is newer
-    than the gate's verdict (a newcomer's rerun, stopped before its gate, showed 4 of 4 shards
-    beside the earlier "nothing to validate"), else ``""``."""
+def _stale(validation_file: Path, newest_shard: float | None) -> bool:
+    """Whether a shard's output (``newest_shard``: its manifest's time) is newer than the
+    gate's verdict (a newcomer's rerun, stopped before its gate, showed 4 of 4 shards beside the
+    earlier "nothing to validate")."""
     try:
         judged = validation_file.stat().st_mtime
     except OSError:
-        return ""
-    if newest_shard is not None and newest_shard > judged:
-        return " (stale: shards were computed since; `recs validate` judges them)"
-    return ""
+        return False
+    return newest_shard is not None and newest_shard > judged
 
 
 def _outcome(validation: dict[str, Any] | None) -> str:
@@ -135,3 +132,30 @@ def _outcome(validation: dict[str, Any] | None) -> str:
         return "not run"
     default = "passed" if validation.get("success") else "failed"
     return str(validation.get("outcome", default)).replace("_", " ")
+
+
+def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
+    """``run_summary``'s totals as ``recs summary`` prints them: {label: value}, in order."""
+    totals = summary["totals"]
+    lines: dict[str, Any] = {
+        f"snapshot {name}": value for name, value in totals["snapshot_rows"].items()
+    }
+    not_computed = ", ".join(f"{i:03d}" for i in summary["failed_shards"])
+    stale = " (stale: shards were computed since; `recs validate` judges them)"
+    lines.update(
+        {
+            "shards done": f"{totals['shards_done']} of {totals['shard_count']}",
+            "shards not computed": not_computed or "none",
+            "eligible users": totals["eligible_users"],
+            "eligible users in computed shards": totals["eligible_users_in_computed_shards"],
+            "users with recommendations": totals["users_with_recommendations"],
+            "recommendation rows": totals["recommendation_rows"],
+            "traversals": totals["traversals"],
+            "shard seconds (sum)": totals["shard_seconds"],
+            "traversals per shard second": totals["traversals_per_shard_second"],
+            "traversals per kernel second": totals["traversals_per_kernel_second"],
+            "validation": totals["validation"] + (stale if totals["validation_stale"] else ""),
+            "published": totals["published"],
+        }
+    )
+    return lines

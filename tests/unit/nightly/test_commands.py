@@ -864,7 +864,7 @@ def test_summary_finds_its_run_as_report_does(recs, tmp_path):
     assert code == 0
     document = json.loads(out)
     assert (document["run_id"], document["snapshot_date"]) == ("older", "2026-10-30")
-    assert document["totals"]["shards done"] == "4 of 4"
+    assert (document["totals"]["shards_done"], document["totals"]["shard_count"]) == (4, 4)
     code, _, err = recs("summary", "--run-id", "nope")
     assert code == 2 and "no run nope under" in one_error(err)
     # (a review's) what is not a frozen run is passed over, however many there are: a folder
@@ -969,22 +969,30 @@ def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):
     it stale; validating again clears the mark."""
     paths, _ = night(tmp_path / "home", 1)
 
-    def validation() -> str:
+    def validation() -> tuple[str, bool]:
         code, out, _ = recs("summary", "--json")
         assert code == 0
-        return json.loads(out)["totals"]["validation"]
+        totals = json.loads(out)["totals"]
+        return totals["validation"], totals["validation_stale"]
 
-    assert validation() == "not run"
+    def printed() -> str:  # the table's text, its rules and wrapping left out
+        code, out, _ = recs("summary")
+        assert code == 0
+        text = " ".join(out.replace("│", " ").split())
+        return text[text.index("validation") : text.index(" published")]
+
+    assert validation() == ("not run", False)
     assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
-    assert validation() == "passed"
+    assert validation() == ("passed", False) and printed() == "validation passed"
     judged = (paths.validation_dir / "summary.json").stat().st_mtime
     os.utime(paths.shard_manifest(2), (judged + 5, judged + 5))  # shard 2 rerun since
-    assert validation() == (
-        "passed (stale: shards were computed since; `recs validate` judges them)"
+    assert validation() == ("passed", True)
+    assert printed() == (
+        "validation passed (stale: shards were computed since; `recs validate` judges them)"
     )
     assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
     os.utime(paths.shard_manifest(2), (judged, judged))
-    assert validation() == "passed"
+    assert validation() == ("passed", False)
 
 
 def test_a_run_picked_among_others_of_its_date_is_named_with_them(recs, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recs.nightly.reporting import run_summary
+from recs.nightly.reporting import run_summary, total_lines
 from recs.nightly.runs import RunPaths
 
 
@@ -33,6 +33,23 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
     summary = run_summary(tmp_path, "2026-11-01", "r1")
     assert summary["failed_shards"] == [2]
     assert summary["totals"] == {
+        "snapshot_rows": {"users": 12, "follow_edges": 40},
+        "shards_done": 2,
+        "shard_count": 3,
+        "eligible_users": 15,
+        "eligible_users_in_computed_shards": 10,
+        "users_with_recommendations": 8,
+        "recommendation_rows": 80,
+        "traversals": 4_000,
+        "shard_seconds": 4.0,
+        "traversals_per_shard_second": 1_000,
+        "traversals_per_kernel_second": 2_000,
+        "validation": "not run",
+        "validation_stale": False,
+        "published": "no",
+    }
+    # what `recs summary` prints: labels for people, the shards not computed by number
+    assert total_lines(summary) == {
         "snapshot users": 12,
         "snapshot follow_edges": 40,
         "shards done": "2 of 3",
