@@ -541,17 +541,31 @@ def _date_lock(target: Path) -> Iterator[None]:
     )
 
 
-REMOVED, NO_FOLDER, BUSY = "removed", "no folder", "busy"
+REMOVED, NO_FOLDER, BUSY, RECENT = "removed", "no folder", "busy", "recent"
 """What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
-nothing: another gc removed it first), or left both (a freeze of the date holds the lock)."""
+nothing: another gc removed it first), left both (a freeze of the date holds the lock), or
+left both because the folder was written after ``unchanged_since``."""
 
 
-def remove(home: Path, name: str) -> str:
+def changed_since(target: Path, timestamp: float) -> bool:
+    """Whether anything directly in the retained folder ``target`` was written after
+    ``timestamp`` (seconds since the epoch): each entry's own modification time, links not
+    followed. Not the folder's own time, which moves when a file in it is deleted (a review:
+    a half-removed snapshot would have looked fresh). Raises ``OSError`` if the folder cannot
+    be listed."""
+    return any(entry.lstat().st_mtime > timestamp for entry in target.iterdir())
+
+
+def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> str:
     """Remove the retained snapshot ``snapshots/<name>/`` (if any) and its lock file, holding
     that lock, taken without waiting (``recs gc``; without it, the lock files of every date
-    ever frozen stay). Returns ``REMOVED``, ``NO_FOLDER`` or ``BUSY``; raises ``OSError`` for
-    a lock or folder it cannot remove, or a symbolic link in the folder's place (gc reports it
-    and goes on)."""
+    ever frozen stay); with ``unchanged_since``, only if nothing in the folder was written
+    after it (``changed_since``, judged under the lock: a rebuild of the date that ended while
+    gc ran is kept). The folder is renamed aside (``.<name>.<pid>-<random>.gc``) before it is
+    deleted, so a reader finds the whole snapshot or none, and a removal cut short is finished
+    by the next. Returns ``REMOVED``, ``NO_FOLDER``, ``BUSY`` or ``RECENT``; raises ``OSError``
+    for a lock or folder it cannot read or remove, or a symbolic link in the folder's place (gc
+    reports it and goes on)."""
     target = Path(home) / "snapshots" / name
     lock = _lock_file(target)
     if not lock.parent.is_dir():
@@ -565,9 +579,15 @@ def remove(home: Path, name: str) -> str:
             return BUSY
         if not _still_at(handle, lock):
             return NO_FOLDER  # another remover took it away meanwhile
+        for leftover in target.parent.glob(f".{name}.*.gc"):  # a removal cut short
+            shutil.rmtree(leftover)
         found = target.is_dir()
+        if found and unchanged_since is not None and changed_since(target, unchanged_since):
+            return RECENT
         if found:
-            shutil.rmtree(target)
+            aside = target.with_name(staging_name(name, ".gc"))
+            os.rename(target, aside)
+            shutil.rmtree(aside)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file
     return REMOVED if found else NO_FOLDER
 

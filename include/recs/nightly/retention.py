@@ -10,10 +10,11 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
 - ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days`` and
-  nothing directly in the folder changed since that cut-off either (an old date frozen lately,
-  by a backfill or ``make demo``, is kept as its run is), with its lock file
-  ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both under that lock
-  taken without waiting: a freeze of the date in progress keeps them.
+  nothing directly in the folder was written since that cut-off either (an old date frozen
+  lately, by a backfill or ``make demo``, is kept as its run is; ``retained.changed_since``),
+  with its lock file ``snapshots/.<date>.lock`` (also one left by a freeze that was refused),
+  both under that lock taken without waiting (``retained.remove``): a freeze of the date in
+  progress keeps them.
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -96,21 +97,21 @@ def collect_garbage(
             date_dir.rmdir()
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
-    snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
-    dated = _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)
-    folders = {p.name for p in dated}
     # an old date frozen lately (a backfill's, `make demo`'s) is kept by the rule of runs: a
     # newcomer's `recs gc` right after the demo listed the snapshot the demo had just made
-    recent = {p.name for p in dated if _changed_since(p, snapshots_changed)}
+    snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
+    dated = _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)
+    folders = {p.name: p for p in dated}
     locks = _dates_before(retained.locked_dates(settings.home), snapshot_cutoff)
-    for date in sorted(folders.union(locks) - recent):
+    for date in sorted(set(folders).union(locks)):
         if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
         if dry_run:
-            removed["snapshots"] += [date] if date in folders else []
+            if date in folders and not _snapshot_recent(folders[date], snapshots_changed):
+                removed["snapshots"].append(date)
             continue
         try:
-            outcome = retained.remove(settings.home, date)
+            outcome = retained.remove(settings.home, date, unchanged_since=snapshots_changed)
         except OSError as error:  # a lock that is a folder, a file it may not remove: the others go
             log.warning("left snapshots/%s: %s", date, error)
             continue
@@ -247,10 +248,16 @@ def _dates_before(names: list[str], cutoff: dt.date) -> list[str]:
 
 
 def _changed_since(folder: Path, timestamp: float) -> bool:
-    """Whether ``folder`` or anything directly in it was modified after ``timestamp`` (False
-    once it is gone: another ``recs gc`` removed it meanwhile)."""
+    """Whether ``folder`` or anything directly in it was modified after ``timestamp``."""
+    entries = [folder, *folder.iterdir()]
+    return any(entry.stat().st_mtime > timestamp for entry in entries)
+
+
+def _snapshot_recent(folder: Path, timestamp: float) -> bool:
+    """``retained.changed_since`` for a dry run, which takes no lock: a folder it cannot read,
+    or a symbolic link in its place, is listed, as the removal would try it (and say why it
+    could not)."""
     try:
-        entries = [folder, *folder.iterdir()]
-        return any(entry.stat().st_mtime > timestamp for entry in entries)
-    except FileNotFoundError:
+        return not folder.is_symlink() and retained.changed_since(folder, timestamp)
+    except OSError:
         return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from pathlib import Path
 
 import pytest
 from test_validation import write_good_run
@@ -120,6 +121,8 @@ def test_publish_carry_over_and_runs_show(recs, tmp_path):
     code, out, _ = recs("runs", "show", "night_2", "--json")
     document = json.loads(out)
     assert document["is_current"] is True and document["predecessor"] == "night_1"
+    code, out, _ = recs("runs", "--json", "show", "night_2")  # (a newcomer's: ignored)
+    assert code == 0 and json.loads(out) == document
     code, _, err = recs("runs", "show", "night_9")
     assert code == 2 and "no published version 'night_9'" in one_error(err)
 
@@ -202,6 +205,7 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     for name in ("2026-10-01", "2026-10-20", "2026-11-15", "notes"):
         (home / "snapshots" / name).mkdir(parents=True)
         (home / "snapshots" / name / "manifest.json").write_text("{}")
+        (home / "snapshots" / f".{name}.lock").touch()  # as every freeze leaves
     for name in ("2026-10-01", "2026-11-15"):
         age(home / "snapshots" / name, dt.date.fromisoformat(name))
     monkeypatch.setenv("RECS_PUBLISHED_RETENTION_VERSIONS", "2")
@@ -238,10 +242,14 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
         "2026-11-05",
     ]
     snapshots = home / "snapshots"
-    assert sorted(p.name for p in snapshots.iterdir()) == ["2026-10-20", "2026-11-15", "notes"]
+    kept = [".2026-10-20.lock", ".2026-11-15.lock", ".notes.lock", "2026-10-20", "2026-11-15",
+            "notes"]  # fmt: skip
+    assert sorted(p.name for p in snapshots.iterdir()) == kept
     assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
-    age(snapshots / "2026-10-20", dt.date(2026, 10, 31))  # changed before the cut-off: it goes
+    age(snapshots / "2026-10-20", dt.date(2026, 10, 31))  # written before the cut-off: it goes
+    (snapshots / "2026-10-20" / "manifest.json").unlink()  # the folder's own time is now
     assert recs("gc", "--today", "2026-12-01")[1] == "removed snapshots/2026-10-20\n"
+    assert sorted(p.name for p in snapshots.iterdir()) == kept[1:3] + kept[4:]
     code, _, err = recs("gc", "--today", "2026-13-01")
     assert code == 2 and "invalid --today date '2026-13-01': no such day" in one_error(err)
     tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
@@ -345,6 +353,39 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-03"]
     assert names() == [".2026-11-20.lock", ".notes.lock", "2026-11-20"]
+
+
+def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_ends_it(
+    recs, tmp_path, monkeypatch, caplog
+):
+    """(From a review.) The deletion of 2026-10-01's files fails part-way: gc says so and goes
+    on, and no half-deleted folder is left under the date's name for a run to reuse (it was
+    renamed aside first); the next gc removes what is left, and the lock file."""
+    import shutil
+
+    from recs.nightly import retained
+
+    root = tmp_path / "home" / "snapshots"
+    (root / "2026-10-01").mkdir(parents=True)
+    for name in ("manifest.json", "users.parquet"):
+        (root / "2026-10-01" / name).write_text("{}")
+    (root / ".2026-10-01.lock").touch()
+    age(root / "2026-10-01", dt.date(2026, 10, 1))
+    deleting = shutil.rmtree
+
+    def cut_short(path, *args, **kwargs):
+        (Path(path) / "users.parquet").unlink()
+        raise OSError(f"injected: {Path(path).name} half removed")
+
+    monkeypatch.setattr(retained.shutil, "rmtree", cut_short)
+    code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
+    assert "left snapshots/2026-10-01: injected: .2026-10-01." in caplog.text
+    left = sorted(p.name for p in root.iterdir())
+    assert left[0].endswith(".gc") and left[1:] == [".2026-10-01.lock"]
+    monkeypatch.setattr(retained.shutil, "rmtree", deleting)
+    code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0 and list(root.iterdir()) == []
 
 
 def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
@@ -936,10 +977,14 @@ def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
     for day in (1, 2):
         night(home, day)
 
-    def published(day: int) -> str:
+    states = []
+
+    def published(day: int) -> str:  # the words; the state is kept in `states`
         code, out, _ = recs("summary", "--snapshot-date", f"2026-11-0{day}", "--json")
         assert code == 0
-        return json.loads(out)["totals"]["published"]
+        totals = json.loads(out)["totals"]
+        states.append(totals["published"])
+        return totals["published_detail"]
 
     assert published(2) == "no"
     assert recs("validate", "--snapshot-date", "2026-11-02")[0] == 0
@@ -961,6 +1006,19 @@ def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
     )
     next((home / "published" / "night_1").rglob("recommendations.parquet")).unlink()
     assert published(1).startswith("damaged: it cannot be served (published version 'night_1'")
+    code, out, _ = recs("summary", "--snapshot-date", "2026-11-01")  # the words, printed
+    assert code == 0 and "damaged: it cannot be served" in " ".join(out.split())
+    from recs.nightly.runs import RunPaths
+
+    again = RunPaths.create(home, dt.date(2026, 11, 3), "night_1")  # an id used before
+    again.snapshot_dir.mkdir(parents=True)
+    again.snapshot_manifest.write_text(json.dumps({"shard_count": 4}))
+    code, out, _ = recs("summary", "--snapshot-date", "2026-11-03", "--json")
+    totals = json.loads(out)["totals"]
+    assert (totals["published"], totals["published_detail"]) == (
+        "other_snapshot", "no (the published night_1 is of another snapshot: 2026-11-01)"
+    )
+    assert states == ["no", "served", "beside_current", "current_unset", "damaged", "damaged"]
 
 
 def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):
@@ -981,7 +1039,7 @@ def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):
         text = " ".join(out.replace("│", " ").split())
         return text[text.index("validation") : text.index(" published")]
 
-    assert validation() == ("not run", False)
+    assert validation() == ("not_run", False)
     assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0
     assert validation() == ("passed", False) and printed() == "validation passed"
     judged = (paths.validation_dir / "summary.json").stat().st_mtime
