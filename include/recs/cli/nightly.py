@@ -134,7 +134,8 @@ def shard_run(
 def summary(
     snapshot_date: NewestDateOpt = None, run_id: RunIdOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """What one run did: snapshot counts, exports, per-shard users, rows, traversals, seconds."""
+    """What one run did: snapshot counts, shards computed, eligible users, users with lists,
+    rows, traversals and seconds (per shard too), the gate's outcome, whether it is served."""
     from recs.nightly.reporting import run_summary
 
     paths = chosen_run(snapshot_date, run_id)
@@ -332,6 +333,9 @@ app.add_typer(runs_app, name="runs")
 def runs(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Published versions, their shard counts, rows, carried-over shards, which one is current."""
     if ctx.invoked_subcommand is not None:
+        # `recs runs --json show ID` as `recs runs show --json ID` (a newcomer's --json went
+        # unheeded there)
+        ctx.ensure_object(dict)["json"] = as_json
         return
     from recs.published import list_versions
 
@@ -413,11 +417,13 @@ def _current_problem(published_dir, versions: list[dict]) -> str | None:
 
 @runs_app.command("show")
 def runs_show(
+    ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="A published version's run id.")],
     as_json: JsonOpt = False,
 ) -> None:
     """One published version: its validation and, per shard, computed or carried over (from
     which run), users and rows."""
+    as_json = as_json or bool((ctx.obj or {}).get("json"))
     from recs.nightly import history
     from recs.nightly.runs import check_run_id
     from recs.published import check_version, current_version, list_versions

@@ -25,8 +25,9 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     computed shards ``users_with_recommendations``, ``recommendation_rows``, ``traversals``
     (second-hop expansions counted), ``shard_seconds`` (summed) and the rates
     ``traversals_per_shard_second`` and ``traversals_per_kernel_second``; the gate's outcome
-    ``validation`` ("passed", "failed", "errored", "nothing to validate", "not run") and
-    ``validation_stale`` (a shard computed after it); ``published`` in words. (A newcomer read
+    ``validation`` ("passed", "failed", "errored", "nothing_to_validate", "not_run") and
+    ``validation_stale`` (a shard computed after it); ``published``, one of
+    ``PUBLICATION_STATES``, and ``published_detail``, the same in words. (A newcomer read
     "eligible users 29,562" of a run with two of four shards computed: half the 58,901 the gate
     reported.) Raises ``RunNotFoundError`` if the run has no snapshot.
     """
@@ -69,8 +70,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "traversals_per_kernel_second": int(traversals / kernel_seconds) if kernel_seconds else 0,
         "validation": _outcome(validation),
         "validation_stale": _stale(validation_file, newest_shard),
-        "published": _publication(home, paths),
     }
+    totals["published"], totals["published_detail"] = _publication(home, paths)
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -81,17 +82,25 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     }
 
 
-def _publication(home: Path, paths: RunPaths) -> str:
-    """Whether the run is published and served, in words. (A newcomer's `make demo` published
-    beside a later snapshot's version left by earlier CLI runs; only the DAG's log said so, and
-    `recs recommend` served the other version.) A version that cannot be served (damaged,
-    incomplete, not validated: ``publish.check_servable``) says so instead of a remedy that
-    would be refused."""
+PUBLICATION_STATES = (
+    "no", "other_snapshot", "damaged", "served", "current_unset", "beside_current"
+)  # fmt: skip
+"""``totals["published"]`` of ``run_summary``: not published; a version of this run id of
+another snapshot; published but not servable; published and named by ``CURRENT``; published
+while ``CURRENT`` names none; published beside the ``CURRENT`` version."""
+
+
+def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
+    """Whether the run is published and served: one of ``PUBLICATION_STATES`` and the same in
+    words. (A newcomer's `make demo` published beside a later snapshot's version left by
+    earlier CLI runs; only the DAG's log said so, and `recs recommend` served the other
+    version.) A version that cannot be served (damaged, incomplete, not validated:
+    ``publish.check_servable``) says so instead of a remedy that would be refused."""
     from recs.nightly.publish import check_servable
 
     published_dir = Path(home) / "published"
     if not version_dir(published_dir, paths.run_id).is_dir():
-        return "no"
+        return "no", "no"
     problem = None
     try:
         manifest = check_servable(published_dir, paths.run_id)  # reads the manifest once
@@ -103,16 +112,18 @@ def _publication(home: Path, paths: RunPaths) -> str:
             manifest = {"snapshot_date": paths.snapshot_date.isoformat()}
     date = manifest.get("snapshot_date")
     if date != paths.snapshot_date.isoformat():
-        return f"no (the published {paths.run_id} is of another snapshot: {date})"
+        return "other_snapshot", f"no (the published {paths.run_id} is of another snapshot: {date})"
     current = current_version(published_dir, strict=False)
     if problem is not None:
         named = " CURRENT names it, but" if current == paths.run_id else ""
-        return f"damaged:{named} it cannot be served ({problem})"
+        return "damaged", f"damaged:{named} it cannot be served ({problem})"
     if current == paths.run_id:
-        return "yes, and CURRENT names it (served)"
+        return "served", "yes, and CURRENT names it (served)"
     if current is None:
-        return "yes, but CURRENT names no version (`recs runs` says why)"
-    return f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
+        return "current_unset", "yes, but CURRENT names no version (`recs runs` says why)"
+    return "beside_current", (
+        f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
+    )
 
 
 def _stale(validation_file: Path, newest_shard: float | None) -> bool:
@@ -127,11 +138,12 @@ def _stale(validation_file: Path, newest_shard: float | None) -> bool:
 
 
 def _outcome(validation: dict[str, Any] | None) -> str:
-    """The gate's outcome in words: passed, failed, errored, nothing to validate, not run."""
+    """The gate's outcome: its summary's ``outcome`` (``passed``, ``failed``, ``errored``,
+    ``nothing_to_validate``), or ``not_run`` without one."""
     if validation is None:
-        return "not run"
+        return "not_run"
     default = "passed" if validation.get("success") else "failed"
-    return str(validation.get("outcome", default)).replace("_", " ")
+    return str(validation.get("outcome", default))
 
 
 def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
@@ -154,8 +166,9 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "shard seconds (sum)": totals["shard_seconds"],
             "traversals per shard second": totals["traversals_per_shard_second"],
             "traversals per kernel second": totals["traversals_per_kernel_second"],
-            "validation": totals["validation"] + (stale if totals["validation_stale"] else ""),
-            "published": totals["published"],
+            "validation": totals["validation"].replace("_", " ")
+            + (stale if totals["validation_stale"] else ""),
+            "published": totals["published_detail"],
         }
     )
     return lines

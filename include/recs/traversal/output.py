@@ -113,8 +113,8 @@ def shard_manifest(
     users_with_recommendations, rows, traversals`` (second-hop entries counted),
     ``first_hop_edges, exclusions``, the ``seconds`` given (``seconds`` wall of the whole task,
     ``cpu_seconds`` of this process, ``read_seconds``, ``kernel_seconds`` (the compiled
-    kernel's run, without ``compile_seconds``: compiling it or loading it from Numba's cache,
-    ``jit.compile_timer``), ``write_seconds``),
+    kernel's run) and ``write_seconds``, each without its ``compile_seconds``: compiling or
+    loading compiled code from Numba's cache, ``jit.compile_timer``, summed over the three),
     ``traversals_per_cpu_second``, ``memory_mb()``, ``stage_counts`` (``kernel.STAGE_COUNTS``:
     name -> count) and ``output``."""
     cpu_seconds = seconds["cpu_seconds"]

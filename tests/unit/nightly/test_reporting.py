@@ -44,9 +44,10 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "shard_seconds": 4.0,
         "traversals_per_shard_second": 1_000,
         "traversals_per_kernel_second": 2_000,
-        "validation": "not run",
+        "validation": "not_run",
         "validation_stale": False,
         "published": "no",
+        "published_detail": "no",
     }
     # what `recs summary` prints: labels for people, the shards not computed by number
     assert total_lines(summary) == {
