@@ -562,10 +562,10 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
     ever frozen stay); with ``unchanged_since``, only if nothing in the folder was written
     after it (``changed_since``, judged under the lock: a rebuild of the date that ended while
     gc ran is kept). The folder is renamed aside (``.<name>.<pid>-<random>.gc``) before it is
-    deleted, so a reader finds the whole snapshot or none, and a removal cut short is finished
-    by the next. Returns ``REMOVED``, ``NO_FOLDER``, ``BUSY`` or ``RECENT``; raises ``OSError``
-    for a lock or folder it cannot read or remove, or a symbolic link in the folder's place (gc
-    reports it and goes on)."""
+    deleted, so a reader finds the whole snapshot or none; a removal cut short is finished by
+    the next gc (``sweep_removals``). Returns ``REMOVED``, ``NO_FOLDER``, ``BUSY`` or
+    ``RECENT``; raises ``OSError`` for a lock or folder it cannot read or remove, or a symbolic
+    link in the folder's place (gc reports it and goes on)."""
     target = Path(home) / "snapshots" / name
     lock = _lock_file(target)
     if not lock.parent.is_dir():
@@ -579,8 +579,6 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
             return BUSY
         if not _still_at(handle, lock):
             return NO_FOLDER  # another remover took it away meanwhile
-        for leftover in target.parent.glob(f".{name}.*.gc"):  # a removal cut short
-            shutil.rmtree(leftover)
         found = target.is_dir()
         if found and unchanged_since is not None and changed_since(target, unchanged_since):
             return RECENT
@@ -590,6 +588,19 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
             shutil.rmtree(aside)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file
     return REMOVED if found else NO_FOLDER
+
+
+def sweep_removals(home: Path) -> list[str]:
+    """Delete what removals cut short left aside (``snapshots/.*.gc``: ``remove``'s, read by
+    nothing, so no lock is needed); returns their names, sorted. Raises ``OSError`` for one it
+    cannot delete."""
+    root = Path(home) / "snapshots"
+    if not root.is_dir():
+        return []
+    leftovers = sorted(p for p in root.glob(".*.gc") if p.is_dir() and not p.is_symlink())
+    for leftover in leftovers:
+        shutil.rmtree(leftover)
+    return [p.name for p in leftovers]
 
 
 def locked_dates(home: Path) -> list[str]:

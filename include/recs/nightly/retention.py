@@ -14,7 +14,7 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   lately, by a backfill or ``make demo``, is kept as its run is; ``retained.changed_since``),
   with its lock file ``snapshots/.<date>.lock`` (also one left by a freeze that was refused),
   both under that lock taken without waiting (``retained.remove``): a freeze of the date in
-  progress keeps them.
+  progress keeps them. What a removal cut short left aside goes first (``sweep_removals``).
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -100,8 +100,14 @@ def collect_garbage(
     # an old date frozen lately (a backfill's, `make demo`'s) is kept by the rule of runs: a
     # newcomer's `recs gc` right after the demo listed the snapshot the demo had just made
     snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
-    dated = _dated_folders(Path(settings.home) / "snapshots", snapshot_cutoff)
-    folders = {p.name: p for p in dated}
+    snapshots = Path(settings.home) / "snapshots"
+    folders = {p.name: p for p in _dated_folders(snapshots, snapshot_cutoff)}
+    if not dry_run:
+        try:
+            for name in retained.sweep_removals(settings.home):
+                log.info("finished removing snapshots/%s, a removal cut short", name)
+        except OSError as error:
+            log.warning("left a snapshot removal cut short: %s", error)
     locks = _dates_before(retained.locked_dates(settings.home), snapshot_cutoff)
     for date in sorted(set(folders).union(locks)):
         if _backfill_running(settings, date):
@@ -248,9 +254,13 @@ def _dates_before(names: list[str], cutoff: dt.date) -> list[str]:
 
 
 def _changed_since(folder: Path, timestamp: float) -> bool:
-    """Whether ``folder`` or anything directly in it was modified after ``timestamp``."""
-    entries = [folder, *folder.iterdir()]
-    return any(entry.stat().st_mtime > timestamp for entry in entries)
+    """Whether ``folder`` or anything directly in it was modified after ``timestamp`` (links
+    not followed: a dangling one stopped gc; False once the folder is gone)."""
+    try:
+        entries = [folder, *folder.iterdir()]
+        return any(entry.lstat().st_mtime > timestamp for entry in entries)
+    except FileNotFoundError:
+        return False
 
 
 def _snapshot_recent(folder: Path, timestamp: float) -> bool:

@@ -204,7 +204,8 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     age(recent, dt.date(2026, 11, 30))  # an old date, worked on yesterday: kept
     for name in ("2026-10-01", "2026-10-20", "2026-11-15", "notes"):
         (home / "snapshots" / name).mkdir(parents=True)
-        (home / "snapshots" / name / "manifest.json").write_text("{}")
+        for file in ("manifest.json", "users.parquet"):
+            (home / "snapshots" / name / file).write_text("{}")
         (home / "snapshots" / f".{name}.lock").touch()  # as every freeze leaves
     for name in ("2026-10-01", "2026-11-15"):
         age(home / "snapshots" / name, dt.date.fromisoformat(name))
@@ -248,6 +249,11 @@ def test_gc_applies_retention_and_keeps_current_and_its_predecessor(recs, tmp_pa
     assert recs("gc", "--today", "2026-12-01")[1] == ""  # nothing left to remove
     age(snapshots / "2026-10-20", dt.date(2026, 10, 31))  # written before the cut-off: it goes
     (snapshots / "2026-10-20" / "manifest.json").unlink()  # the folder's own time is now
+    (snapshots / "2026-10-20" / "old.parquet").symlink_to("users.parquet")  # judged by its own
+    os.utime(snapshots / "2026-10-20" / "old.parquet", (1e9, 1e9), follow_symlinks=False)
+    (snapshots / "2026-10-20" / "users.parquet").touch()  # what it points at: written today
+    assert recs("gc", "--today", "2026-12-01")[1] == ""  # users.parquet is recent: kept
+    age(snapshots / "2026-10-20", dt.date(2026, 10, 31))
     assert recs("gc", "--today", "2026-12-01")[1] == "removed snapshots/2026-10-20\n"
     assert sorted(p.name for p in snapshots.iterdir()) == kept[1:3] + kept[4:]
     code, _, err = recs("gc", "--today", "2026-13-01")
@@ -360,7 +366,8 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
 ):
     """(From a review.) The deletion of 2026-10-01's files fails part-way: gc says so and goes
     on, and no half-deleted folder is left under the date's name for a run to reuse (it was
-    renamed aside first); the next gc removes what is left, and the lock file."""
+    renamed aside first); the next gc removes what is left, whatever the date's retention is
+    by then (a second review's)."""
     import shutil
 
     from recs.nightly import retained
@@ -384,8 +391,27 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
     left = sorted(p.name for p in root.iterdir())
     assert left[0].endswith(".gc") and left[1:] == [".2026-10-01.lock"]
     monkeypatch.setattr(retained.shutil, "rmtree", deleting)
+    monkeypatch.setenv("RECS_SNAPSHOT_RETENTION_DAYS", "90")  # the date is no longer old
+    caplog.set_level("INFO", logger="recs.nightly.retention")
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
-    assert code == 0 and list(root.iterdir()) == []
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
+    assert [p.name for p in root.iterdir()] == [".2026-10-01.lock"]  # the leftover went
+    assert "finished removing snapshots/.2026-10-01." in caplog.text
+
+
+def test_gc_judges_links_in_a_run_by_their_own_time(recs, tmp_path):
+    """(A second review's.) An old run holding a dangling link is removed: gc read the time of
+    what the link points at and stopped, exit 74, before the snapshots."""
+    run = tmp_path / "home" / "runs" / "2026-09-01" / "r1"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / "dangling").symlink_to(tmp_path / "nowhere")
+    stamp = dt.datetime(2026, 9, 1, 12, tzinfo=dt.UTC).timestamp()
+    for entry in (run, run / "manifest.json", run / "dangling"):
+        os.utime(entry, (stamp, stamp), follow_symlinks=False)
+    code, out, err = recs("gc", "--today", "2026-12-01", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"]["runs"] == ["2026-09-01/r1"] and not run.exists()
 
 
 def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
