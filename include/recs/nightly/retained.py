@@ -7,7 +7,7 @@ account created later dropped with it), partitions follow edges by the shard pla
 chunk by chunk as they are read, sorts and writes each shard in a thread pool, and renames the
 folder into place under a per-date lock: a second run of the same date waits, then reuses it.
 A retained snapshot's ``manifest.json`` holds no timings, so the same store gives the same
-bytes. ``recs gc`` removes snapshots older than ``snapshot_retention_days``.
+bytes. ``recs gc`` removes snapshots older than ``snapshot_retention_days`` (``snapshot_removal``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from recs.nightly import follow_pairs, point_in_time
 from recs.nightly.artifacts import Part, run_store
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
+from recs.nightly.snapshot_removal import lock_file, still_at
 from recs.sharding import shard_expr
 from recs.store.connections import display_url, one_line
 from recs.store.readers import LiveStoreReader, open_reader
@@ -523,11 +524,11 @@ def _date_lock(target: Path) -> Iterator[None]:
     path is let go and taken again on the file that is, up to ``LOCK_ATTEMPTS`` times
     (``OSError`` after)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock_file(target)
+    lock = lock_file(target)
     for _ in range(LOCK_ATTEMPTS):
         with lock.open("a") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            if not _still_at(handle, lock):
+            if not still_at(handle, lock):
                 continue  # removed while we waited: whoever opens it now must see our lock
             try:
                 yield
@@ -539,87 +540,3 @@ def _date_lock(target: Path) -> Iterator[None]:
         f"locked ({LOCK_ATTEMPTS} times in a row); keep RECS_HOME on a filesystem whose inode "
         "numbers are stable"
     )
-
-
-REMOVED, NO_FOLDER, BUSY, RECENT = "removed", "no folder", "busy", "recent"
-"""What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
-nothing: another gc removed it first), left both (a freeze of the date holds the lock), or
-left both because the folder was written after ``unchanged_since``."""
-
-
-def changed_since(target: Path, timestamp: float) -> bool:
-    """Whether anything directly in the retained folder ``target`` was written after
-    ``timestamp`` (seconds since the epoch): each entry's own modification time, links not
-    followed. Not the folder's own time, which moves when a file in it is deleted (a review:
-    a half-removed snapshot would have looked fresh). Raises ``OSError`` if the folder cannot
-    be listed."""
-    return any(entry.lstat().st_mtime > timestamp for entry in target.iterdir())
-
-
-def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> str:
-    """Remove the retained snapshot ``snapshots/<name>/`` (if any) and its lock file, holding
-    that lock, taken without waiting (``recs gc``; without it, the lock files of every date
-    ever frozen stay); with ``unchanged_since``, only if nothing in the folder was written
-    after it (``changed_since``, judged under the lock: a rebuild of the date that ended while
-    gc ran is kept). The folder is renamed aside (``.<name>.<pid>-<random>.gc``) before it is
-    deleted, so a reader finds the whole snapshot or none; a removal cut short is finished by
-    the next gc (``sweep_removals``). Returns ``REMOVED``, ``NO_FOLDER``, ``BUSY`` or
-    ``RECENT``; raises ``OSError`` for a lock or folder it cannot read or remove, or a symbolic
-    link in the folder's place (gc reports it and goes on)."""
-    target = Path(home) / "snapshots" / name
-    lock = _lock_file(target)
-    if not lock.parent.is_dir():
-        return NO_FOLDER
-    if target.is_symlink():  # an operator's: gc removes no data it did not write
-        raise OSError(f"{target} is a symbolic link: left, with what it points at")
-    with lock.open("a") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return BUSY
-        if not _still_at(handle, lock):
-            return NO_FOLDER  # another remover took it away meanwhile
-        found = target.is_dir()
-        if found and unchanged_since is not None and changed_since(target, unchanged_since):
-            return RECENT
-        if found:
-            aside = target.with_name(staging_name(name, ".gc"))
-            os.rename(target, aside)
-            shutil.rmtree(aside)
-        lock.unlink()  # still held: a freeze waiting on it retries on a new file
-    return REMOVED if found else NO_FOLDER
-
-
-def sweep_removals(home: Path) -> list[str]:
-    """Delete what removals cut short left aside (``snapshots/.*.gc``: ``remove``'s, read by
-    nothing, so no lock is needed); returns their names, sorted. Raises ``OSError`` for one it
-    cannot delete."""
-    root = Path(home) / "snapshots"
-    if not root.is_dir():
-        return []
-    leftovers = sorted(p for p in root.glob(".*.gc") if p.is_dir() and not p.is_symlink())
-    for leftover in leftovers:
-        shutil.rmtree(leftover)
-    return [p.name for p in leftovers]
-
-
-def locked_dates(home: Path) -> list[str]:
-    """The names ``N`` of the lock files ``snapshots/.N.lock`` (dates or not; sorted)."""
-    root = Path(home) / "snapshots"
-    if not root.is_dir():
-        return []
-    return sorted(p.name[1 : -len(".lock")] for p in root.glob(".*.lock") if p.is_file())
-
-
-def _lock_file(target: Path) -> Path:
-    return target.parent / f".{target.name}.lock"
-
-
-def _still_at(handle: Any, path: Path) -> bool:
-    """Whether the open file ``handle`` is still the one at ``path`` (not deleted or replaced)."""
-    try:
-        at_path = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(handle.fileno())
-    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)

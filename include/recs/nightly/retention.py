@@ -11,10 +11,10 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
 - ``snapshots/<date>/``: removed once ``date`` is older than ``snapshot_retention_days`` and
   nothing directly in the folder was written since that cut-off either (an old date frozen
-  lately, by a backfill or ``make demo``, is kept as its run is; ``retained.changed_since``),
-  with its lock file ``snapshots/.<date>.lock`` (also one left by a freeze that was refused),
-  both under that lock taken without waiting (``retained.remove``): a freeze of the date in
-  progress keeps them. What a removal cut short left aside goes first (``sweep_removals``).
+  lately, by a backfill or ``make demo``, is kept as its run is), with its lock file
+  ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both under that lock
+  taken without waiting: a freeze of the date in progress keeps them (``snapshot_removal``,
+  which also ends first what a removal cut short left aside).
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -41,7 +41,7 @@ from typing import Any
 
 from recs.config import Settings
 from recs.errors import CorruptFileError, RunNotFoundError, RunStoreError
-from recs.nightly import history, retained
+from recs.nightly import history, snapshot_removal
 from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
 from recs.published import current_version, version_manifest
@@ -104,11 +104,11 @@ def collect_garbage(
     folders = {p.name: p for p in _dated_folders(snapshots, snapshot_cutoff)}
     if not dry_run:
         try:
-            for name in retained.sweep_removals(settings.home):
+            for name in snapshot_removal.sweep_removals(settings.home):
                 log.info("finished removing snapshots/%s, a removal cut short", name)
         except OSError as error:
             log.warning("left a snapshot removal cut short: %s", error)
-    locks = _dates_before(retained.locked_dates(settings.home), snapshot_cutoff)
+    locks = _dates_before(snapshot_removal.locked_dates(settings.home), snapshot_cutoff)
     for date in sorted(set(folders).union(locks)):
         if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
@@ -117,13 +117,15 @@ def collect_garbage(
                 removed["snapshots"].append(date)
             continue
         try:
-            outcome = retained.remove(settings.home, date, unchanged_since=snapshots_changed)
+            outcome = snapshot_removal.remove(
+                settings.home, date, unchanged_since=snapshots_changed
+            )
         except OSError as error:  # a lock that is a folder, a file it may not remove: the others go
             log.warning("left snapshots/%s: %s", date, error)
             continue
-        if outcome == retained.BUSY:
+        if outcome == snapshot_removal.BUSY:
             log.warning("left snapshots/%s: a freeze of that date holds its lock", date)
-        elif outcome == retained.REMOVED:
+        elif outcome == snapshot_removal.REMOVED:
             removed["snapshots"].append(date)
 
     document = {
@@ -264,10 +266,10 @@ def _changed_since(folder: Path, timestamp: float) -> bool:
 
 
 def _snapshot_recent(folder: Path, timestamp: float) -> bool:
-    """``retained.changed_since`` for a dry run, which takes no lock: a folder it cannot read,
-    or a symbolic link in its place, is listed, as the removal would try it (and say why it
-    could not)."""
+    """``snapshot_removal.changed_since`` for a dry run, which takes no lock: a folder it
+    cannot read, or a symbolic link in its place, is listed, as the removal would try it (and
+    say why it could not)."""
     try:
-        return not folder.is_symlink() and retained.changed_since(folder, timestamp)
+        return not folder.is_symlink() and snapshot_removal.changed_since(folder, timestamp)
     except OSError:
         return False

@@ -370,7 +370,7 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
     by then (a second review's)."""
     import shutil
 
-    from recs.nightly import retained
+    from recs.nightly import snapshot_removal
 
     root = tmp_path / "home" / "snapshots"
     (root / "2026-10-01").mkdir(parents=True)
@@ -384,13 +384,13 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
         (Path(path) / "users.parquet").unlink()
         raise OSError(f"injected: {Path(path).name} half removed")
 
-    monkeypatch.setattr(retained.shutil, "rmtree", cut_short)
+    monkeypatch.setattr(snapshot_removal.shutil, "rmtree", cut_short)
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
     assert "left snapshots/2026-10-01: injected: .2026-10-01." in caplog.text
     left = sorted(p.name for p in root.iterdir())
     assert left[0].endswith(".gc") and left[1:] == [".2026-10-01.lock"]
-    monkeypatch.setattr(retained.shutil, "rmtree", deleting)
+    monkeypatch.setattr(snapshot_removal.shutil, "rmtree", deleting)
     monkeypatch.setenv("RECS_SNAPSHOT_RETENTION_DAYS", "90")  # the date is no longer old
     caplog.set_level("INFO", logger="recs.nightly.retention")
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
@@ -418,7 +418,7 @@ def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
     """(From a review.) 2026-10-01's lock path is a folder: gc says so in a warning and removes
     2026-10-02 all the same (it stopped at the first before); a second remover of 2026-10-02
     finds nothing to report (two gc's at once listed it twice)."""
-    from recs.nightly import retained
+    from recs.nightly import snapshot_removal
 
     root = tmp_path / "home" / "snapshots"
     for name in ("2026-10-01", "2026-10-02"):
@@ -437,7 +437,7 @@ def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
         ".2026-10-01.lock", "2026-10-01", "2026-10-03"
     ]
     assert elsewhere.is_dir()
-    assert retained.remove(tmp_path / "home", "2026-10-02") == retained.NO_FOLDER
+    assert snapshot_removal.remove(tmp_path / "home", "2026-10-02") == snapshot_removal.NO_FOLDER
 
 
 def test_discarding_snapshots_skips_a_date_gc_removed_meanwhile(tmp_path):
@@ -496,7 +496,7 @@ def test_a_date_lock_whose_file_never_stays_gives_up_with_one_line(tmp_path, mon
         looks.append(path)
         return False
 
-    monkeypatch.setattr(retained, "_still_at", never)
+    monkeypatch.setattr(retained, "still_at", never)
     with pytest.raises(OSError, match=r"cannot hold the lock .*\.2026-10-01\.lock: .*100 times"):
         with retained._date_lock(tmp_path / "snapshots" / "2026-10-01"):
             pytest.fail("the lock was taken")
@@ -505,7 +505,7 @@ def test_a_date_lock_whose_file_never_stays_gives_up_with_one_line(tmp_path, mon
 
 def test_a_freeze_waiting_on_a_date_lock_gc_removes_takes_the_new_one(tmp_path):
     """A freeze waits on snapshots/.2026-10-01.lock while gc holds it; gc deletes the file and
-    lets go (as ``retained.remove`` does). The freeze must then hold the lock of the file at
+    lets go (as ``snapshot_removal.remove`` does). The freeze must then hold the lock of the file at
     that path, so that the next freeze of the date waits for it: a non-blocking lock on the
     path fails while the freeze is inside, and succeeds once it is out."""
     import fcntl
