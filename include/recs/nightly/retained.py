@@ -494,6 +494,17 @@ def to_run_store(home: Path, day: dt.date, *, replace: bool) -> None:
             store.push(where, _retained_part())
 
 
+@contextmanager
+def reading(target: Path) -> Iterator[bool]:
+    """Hold the retained folder ``target`` for reading (the date lock, shared): no freeze,
+    download or ``recs gc`` of that date changes or removes it meanwhile (gc leaves a date whose
+    lock it cannot take). Yields whether the folder is whole (``is_complete``), judged under the
+    lock: gc may have removed it between a caller's look and this lock (a review: a backfill
+    that found its snapshot then lost it mid-link)."""
+    with _date_lock(target, shared=True):
+        yield is_complete(target)
+
+
 def _held_manifest(document: dict[str, Any]) -> str | None:
     return document["files"].get(MANIFEST, {}).get("sha256")
 
@@ -518,16 +529,18 @@ not stable would move it every time)."""
 
 
 @contextmanager
-def _date_lock(target: Path) -> Iterator[None]:
-    """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``. ``recs gc`` deletes
-    the lock file of a date it removes (``remove``), so a lock won on a file no longer at that
-    path is let go and taken again on the file that is, up to ``LOCK_ATTEMPTS`` times
-    (``OSError`` after)."""
+def _date_lock(target: Path, *, shared: bool = False) -> Iterator[None]:
+    """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``; ``shared``, for runs
+    that read the retained folder (``reading``), which may read it together but not while it is
+    written or removed. ``recs gc`` deletes the lock file of a date it removes (``remove``), so
+    a lock won on a file no longer at that path is let go and taken again on the file that is,
+    up to ``LOCK_ATTEMPTS`` times (``OSError`` after). Not re-entrant: a process holding one
+    date lock must not ask for another of the same date (it would wait on itself)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_file(target)
     for _ in range(LOCK_ATTEMPTS):
         with lock.open("a") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             if not still_at(handle, lock):
                 continue  # removed while we waited: whoever opens it now must see our lock
             try:

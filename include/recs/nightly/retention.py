@@ -124,7 +124,10 @@ def collect_garbage(
             log.warning("left snapshots/%s: %s", date, error)
             continue
         if outcome == snapshot_removal.BUSY:
-            log.warning("left snapshots/%s: a freeze of that date holds its lock", date)
+            log.warning(
+                "left snapshots/%s: a run of that date holds its lock (freezing or reading it)",
+                date,
+            )
         elif outcome == snapshot_removal.REMOVED:
             removed["snapshots"].append(date)
 

@@ -4,10 +4,12 @@ The **cut-off** of a run is ``RunPaths.as_of``: midnight UTC after its snapshot 
 the DAG run's data interval. A snapshot holds only what existed by then. Where it comes from:
 
 1. **Retained**: ``<home>/snapshots/<date>/`` exists (``retained.py``) → reused, byte for byte
-   (hard links), so a retry, a rerun or a backfill of that date reads the same rows and only
-   recomputes what follows with today's code and settings. With a run store, the date as the
-   store holds it (the last freeze or rebuild of it on any worker) is downloaded first when this
-   machine has none or another one, and a date frozen here is pushed to it.
+   (hard links made under the date's lock, shared: ``recs gc`` cannot remove it part-way, and
+   one it removed first is made again), so a retry, a rerun or a backfill of that date reads the
+   same rows and only recomputes what follows with today's code and settings. With a run
+   store, the date as the store holds it (the last freeze or rebuild of it on any worker) is
+   downloaded first when this machine has none or another one, and a date frozen here is
+   pushed to it.
 2. **The live store**, read in one consistent transaction (``recs.store.readers``), filtered to
    the rows created by the cut-off, and retained for the next runs of that date. Allowed when
    the store has nothing newer than the cut-off plus ``snapshot_max_lag_hours`` (its newest
@@ -38,6 +40,7 @@ from typing import Any
 import polars as pl
 
 from recs.config import Settings
+from recs.errors import SnapshotNotRetainedError
 from recs.files import link_or_copy, staging_name, write_json
 from recs.nightly import follow_pairs, point_in_time, retained
 from recs.nightly.locks import run_lock
@@ -46,6 +49,10 @@ from recs.nightly.shard_plan import plan_for
 from recs.times import wall_clock
 
 log = logging.getLogger("recs.nightly.snapshot")
+
+REUSE_ATTEMPTS = 3
+"""How many times ``freeze_snapshot`` makes or finds the date's retained snapshot when ``recs gc``
+removes it each time before the run holds it (``SnapshotNotRetainedError`` after)."""
 
 TABLE_FILES = ("users", "blocks", "mutes", "dismissed_candidates", "user_interests")
 """The snapshot tables stored as one file each (follow edges are partitioned by shard)."""
@@ -85,25 +92,43 @@ def freeze_snapshot(
     point_in_time.refuse_cut_off_ahead(paths, wall_clock())
     with run_lock(paths):
         frozen = retained.folder(paths.home, paths.snapshot_date)
-        standby = None
-        if not rebuild:
-            retained.from_run_store(paths.home, paths.snapshot_date)  # frozen by another worker
-        if rebuild or not retained.is_complete(frozen):
-            kind = "rebuilt" if rebuild else "live_store"
-            standby = retained.freeze(
-                paths, settings, rebuild=rebuild, max_map_length=max_map_length
-            )
+        for attempt in range(1, REUSE_ATTEMPTS + 1):
+            standby = None
+            if not rebuild:
+                retained.from_run_store(paths.home, paths.snapshot_date)  # another worker's
+            if rebuild or not retained.is_complete(frozen):
+                kind = "rebuilt" if rebuild else "live_store"
+                standby = retained.freeze(
+                    paths, settings, rebuild=rebuild, max_map_length=max_map_length
+                )
+            else:
+                kind = "retained"
+                log.info("reusing the retained snapshot %s", frozen)
+            retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
+            # linked into the run under the date's lock, shared: gc cannot take the folder away
+            # part-way (it leaves a date whose lock is held); one it removed before is made again
+            with retained.reading(frozen) as whole:
+                if whole:
+                    document = retained.manifest(frozen)
+                    plan = plan_for(
+                        retained.eligible_users(
+                            frozen, paths.as_of, settings.eligibility_window_days
+                        ),
+                        settings,
+                        max_map_length,
+                    )
+                    shards = _materialize(paths, frozen, document, plan.shard_count)
+                    break
+            log.warning(
+                "the retained snapshot %s was removed (recs gc) before this run could read it "
+                "(attempt %d of %d): making it again", frozen, attempt, REUSE_ATTEMPTS,
+            )  # fmt: skip
         else:
-            kind = "retained"
-            log.info("reusing the retained snapshot %s", frozen)
-        retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
-        document = retained.manifest(frozen)
-        plan = plan_for(
-            retained.eligible_users(frozen, paths.as_of, settings.eligibility_window_days),
-            settings,
-            max_map_length,
-        )
-        shards = _materialize(paths, frozen, document, plan.shard_count)
+            raise SnapshotNotRetainedError(
+                f"the retained snapshot {frozen} was removed each time this run made or found it "
+                f"({REUSE_ATTEMPTS} times): is a `recs gc` with a short snapshot_retention_days "
+                "running in a loop? Rerun once it has stopped"
+            )
         run_settings = settings.model_copy(update={"shard_count": plan.shard_count})
         manifest = {
             "snapshot_date": paths.snapshot_date.isoformat(),

@@ -1,7 +1,8 @@
 """Removing retained snapshots (``recs gc``): the per-date lock file, how old a folder's
 contents are, and the removal itself.
 
-``retained`` freezes a date under ``snapshots/.<date>.lock`` (``lock_file``); ``remove`` takes
+``retained`` freezes a date under ``snapshots/.<date>.lock`` (``lock_file``), and a run links it
+into its own folder holding that lock shared (``retained.reading``); ``remove`` takes
 the same lock without waiting, judges the folder's age under it (``changed_since``) and renames
 the folder aside before deleting it; ``sweep_removals`` ends removals cut short. The rules of
 retention (which dates, which ages) are ``retention``'s.
@@ -19,8 +20,8 @@ from recs.files import staging_name
 
 REMOVED, NO_FOLDER, BUSY, RECENT = "removed", "no folder", "busy", "recent"
 """What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
-nothing: another gc removed it first), left both (a freeze of the date holds the lock), or
-left both because the folder was written after ``unchanged_since``."""
+nothing: another gc removed it first), left both (a run freezing or reading the date holds the
+lock), or left both because the folder was written after ``unchanged_since``."""
 
 
 def changed_since(target: Path, timestamp: float) -> bool:

@@ -352,7 +352,7 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
         assert names() == before
         code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
         assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
-        assert "left snapshots/2026-10-03: a freeze of that date holds its lock" in caplog.text
+        assert "left snapshots/2026-10-03: a run of that date holds its lock" in caplog.text
         assert names() == [
             ".2026-10-03.lock", ".2026-11-20.lock", ".notes.lock", "2026-10-03", "2026-11-20"
         ]
@@ -539,6 +539,48 @@ def test_a_freeze_waiting_on_a_date_lock_gc_removes_takes_the_new_one(tmp_path):
         freezer.join(10)
     with lock.open("a") as next_freeze:
         fcntl.flock(next_freeze.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_runs_reading_a_date_share_its_lock_and_a_freeze_waits_for_them(tmp_path):
+    """Two runs hold snapshots/2026-10-01 for reading at once (``retained.reading``, in threads:
+    flock locks belong to each open file, as they would to two processes); a freeze of the date
+    (``_date_lock``) waits until both let go, and gc's non-blocking take fails meanwhile."""
+    import fcntl
+    import threading
+
+    from recs.nightly import retained
+
+    target = tmp_path / "snapshots" / "2026-10-01"
+    target.mkdir(parents=True)
+    (target / "manifest.json").write_text("{}")
+    both, leave, frozen = threading.Barrier(3), threading.Event(), threading.Event()
+    seen = []
+
+    def read():
+        with retained.reading(target) as whole:
+            seen.append(whole)
+            both.wait(10)
+            leave.wait(10)
+
+    def freeze():
+        with retained._date_lock(target):
+            frozen.set()
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    both.wait(10)  # both inside at once
+    assert seen == [True, True]
+    freezer = threading.Thread(target=freeze)
+    freezer.start()
+    assert not frozen.wait(0.3)
+    with (tmp_path / "snapshots" / ".2026-10-01.lock").open("a") as gc_handle:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(gc_handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    leave.set()
+    assert frozen.wait(10)
+    for thread in (*readers, freezer):
+        thread.join(10)
 
 
 def test_gc_prunes_the_run_store_by_the_rules_of_local_runs(recs, tmp_path, monkeypatch):

@@ -540,6 +540,54 @@ def test_failed_snapshot_keeps_the_previous_one(settings, paths, monkeypatch):
     assert not list(retained.folder(paths.home, paths.snapshot_date).parent.glob(".*.partial"))
 
 
+def test_gc_cannot_remove_a_snapshot_a_run_is_linking_and_one_it_removed_is_made_again(
+    sqlite_settings, monkeypatch, caplog
+):
+    """A second run of 2026-11-01 reuses the snapshot a first run retained. While it links the
+    files into its own folder, a gc that judges the date old tries to remove it: it must leave
+    it (busy; on de50639 it removed it and the next link failed: RunNotFoundError, missing
+    users.parquet), and the run
+    gets the first run's tables. A third run finds the snapshot, then gc removes it before the
+    run holds it: the run freezes the date again from the live store (still within the lag)
+    and gets the same tables."""
+    from recs.nightly import snapshot, snapshot_removal
+
+    home = sqlite_settings.home
+    first = RunPaths.create(home, SNAPSHOT_DATE, "first")
+    freeze_snapshot(first, sqlite_settings)
+    tables = {k: v for k, v in snapshot_bytes(first).items() if k != "manifest.json"}
+    later = dt.datetime.now(dt.UTC).timestamp() + 3600  # gc judges everything older than this
+    outcomes = []
+    link = snapshot.link_or_copy
+
+    def link_while_gc_runs(source, target):
+        if not outcomes:
+            outcomes.append(snapshot_removal.remove(home, SNAPSHOT_DATE, unchanged_since=later))
+        link(source, target)
+
+    monkeypatch.setattr(snapshot, "link_or_copy", link_while_gc_runs)
+    second = RunPaths.create(home, SNAPSHOT_DATE, "second")
+    assert freeze_snapshot(second, sqlite_settings)["source"] == "retained"
+    assert outcomes == [snapshot_removal.BUSY]
+    assert {k: v for k, v in snapshot_bytes(second).items() if k != "manifest.json"} == tables
+    monkeypatch.setattr(snapshot, "link_or_copy", link)
+
+    push = retained.to_run_store
+
+    def removed_before_the_run_holds_it(*args, **kwargs):
+        push(*args, **kwargs)
+        if len(outcomes) == 1:
+            outcomes.append(snapshot_removal.remove(home, SNAPSHOT_DATE, unchanged_since=later))
+
+    monkeypatch.setattr(retained, "to_run_store", removed_before_the_run_holds_it)
+    third = RunPaths.create(home, SNAPSHOT_DATE, "third")
+    assert freeze_snapshot(third, sqlite_settings)["source"] == "live_store"
+    assert outcomes == [snapshot_removal.BUSY, snapshot_removal.REMOVED]
+    assert "was removed (recs gc) before this run could read it (attempt 1 of 3)" in caplog.text
+    assert {k: v for k, v in snapshot_bytes(third).items() if k != "manifest.json"} == tables
+    assert retained.is_complete(retained.folder(home, dt.date.fromisoformat(SNAPSHOT_DATE)))
+
+
 BREAK_THE_PAIR_RULE = {
     "repeat": "INSERT INTO follow_edges SELECT * FROM follow_edges "
     "WHERE follower_id = 2 AND followee_id = 3",
