@@ -11,6 +11,8 @@ One home for these rules (light: standard library only):
 - **JSON documents** next to run outputs (manifests, summaries): ``write_json`` (indented,
   key-sorted, atomic) and ``read_json``.
 - **Hard links** of a finished file into another folder (``link_or_copy``).
+- **Folder removal** as one step for readers (``remove_folder``: renamed aside, then deleted;
+  ``sweep_removals`` ends one cut short).
 - **Checksums**: ``sha256_file`` (hex).
 - **Parquet read back** (``read_parquet``): a file cut short or overwritten is one
   ``CorruptFileError`` naming it, not the reader's traceback (Polars, imported when called).
@@ -39,6 +41,34 @@ def staging_name(name: str, suffix: str) -> str:
     unique per process and attempt, so two attempts (a retry overlapping a stuck one) never
     write into the same temporary file or folder."""
     return f".{name}.{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+
+
+REMOVING = ".gc"
+"""The suffix of a folder ``remove_folder`` renamed aside and is deleting."""
+
+
+def remove_folder(path: Path) -> None:
+    """Delete the folder ``path`` as one step for its readers: renamed aside first
+    (``staging_name(name, REMOVING)``), then deleted, so nothing finds half of it under its name,
+    and a deletion cut short leaves a hidden leftover ``sweep_removals`` ends (not a half folder
+    whose own time, moved by the deletions, would look recent). Raises ``OSError``."""
+    aside = path.with_name(staging_name(path.name, REMOVING))
+    os.rename(path, aside)
+    shutil.rmtree(aside)
+
+
+def sweep_removals(parent: Path) -> list[str]:
+    """Delete what ``remove_folder`` calls cut short left directly in ``parent`` (hidden
+    ``*.gc`` folders: read by nothing, so no lock is needed); returns their names, sorted
+    (none when ``parent`` is missing). Raises ``OSError`` for one it cannot delete."""
+    if not parent.is_dir():
+        return []
+    leftovers = sorted(
+        p for p in parent.glob(f".*{REMOVING}") if p.is_dir() and not p.is_symlink()
+    )
+    for leftover in leftovers:
+        shutil.rmtree(leftover)
+    return [p.name for p in leftovers]
 
 
 def fsync_dir(path: Path) -> None:

@@ -4,8 +4,7 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
 
 - ``published/<run_id>/``: the ``published_retention_versions`` most recently used versions are
   kept (``recs.nightly.history.recency``), and always the version ``CURRENT`` names and its
-  predecessor (the rollback target). Removed under the publisher lock, each first renamed to a
-  hidden ``.<run_id>.gc`` folder, so a reader finds a whole version or none.
+  predecessor (the rollback target). Removed under the publisher lock.
 - ``runs/<date>/<run_id>/``: removed once ``date`` is older than ``run_retention_days`` and
   nothing directly in the folder changed since that cut-off either (a backfill of an old date
   keeps its run while it works), except the runs of ``CURRENT`` and its predecessor.
@@ -13,8 +12,7 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   nothing directly in the folder was written since that cut-off either (an old date frozen
   lately, by a backfill or ``make demo``, is kept as its run is), with its lock file
   ``snapshots/.<date>.lock`` (also one left by a freeze that was refused), both under that lock
-  taken without waiting: a freeze of the date in progress keeps them (``snapshot_removal``,
-  which also ends first what a removal cut short left aside).
+  taken without waiting: a run freezing or reading the date keeps them (``snapshot_removal``).
 - With a run store (``RECS_RUN_STORE_URL``, ``artifacts``), last: its ``runs/<date>/<run_id>/``
   by the rule of local runs, "changed" from the store's own modification times (an upload in
   progress, marker or not, is recent), markers removed first; kept likewise the runs of
@@ -23,6 +21,10 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   this machine cannot tell which runs back it). Its ``snapshots/<date>/``
   (``retained.to_run_store``) by the rule of local snapshots, and not while written. A store
   that fails leaves the local retention done and is reported (``run_store_error``).
+
+Each local folder is renamed aside before it is deleted (``recs.files.remove_folder``), so a reader
+finds a whole folder or none; what a removal cut short left aside (a hidden ``*.gc`` folder) is
+deleted by the next gc, whatever the retention says by then.
 
 "Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
 ``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
@@ -33,14 +35,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import shutil
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from recs.config import Settings
 from recs.errors import CorruptFileError, RunNotFoundError, RunStoreError
+from recs.files import remove_folder, sweep_removals
 from recs.nightly import history, snapshot_removal
 from recs.nightly.locks import in_progress
 from recs.nightly.publish import publisher_lock
@@ -75,16 +76,19 @@ def collect_garbage(
                 continue
             removed["published"].append(name)
             if not dry_run:
-                aside = published_dir / f".{name}.gc"
-                shutil.rmtree(aside, ignore_errors=True)
-                os.rename(published_dir / name, aside)
-                shutil.rmtree(aside)
+                remove_folder(published_dir / name)
         backing = _backing_runs(published_dir, protected)
 
+    if not dry_run:  # what removals cut short left aside, whatever the retention is by now
+        _sweep_removals(
+            Path(settings.home),
+            [published_dir, Path(settings.home) / "snapshots", *_date_folders(settings.runs_dir)],
+        )
     run_cutoff = today - dt.timedelta(days=settings.run_retention_days)
     changed_cutoff = dt.datetime.combine(run_cutoff, dt.time(), dt.UTC).timestamp()
     for date_dir in _dated_folders(Path(settings.runs_dir), run_cutoff):
-        for run_dir in sorted(p for p in date_dir.iterdir() if p.is_dir()):
+        runs = (p for p in date_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for run_dir in sorted(runs):
             kept = (date_dir.name, run_dir.name) in backing or ("*", run_dir.name) in backing
             if kept or _changed_since(run_dir, changed_cutoff):
                 continue
@@ -92,7 +96,7 @@ def collect_garbage(
                 continue  # another process is working on it: left alone
             removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
             if not dry_run:
-                shutil.rmtree(run_dir)
+                remove_folder(run_dir)
         if not dry_run and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
@@ -102,12 +106,6 @@ def collect_garbage(
     snapshots_changed = dt.datetime.combine(snapshot_cutoff, dt.time(), dt.UTC).timestamp()
     snapshots = Path(settings.home) / "snapshots"
     folders = {p.name: p for p in _dated_folders(snapshots, snapshot_cutoff)}
-    if not dry_run:
-        try:
-            for name in snapshot_removal.sweep_removals(settings.home):
-                log.info("finished removing snapshots/%s, a removal cut short", name)
-        except OSError as error:
-            log.warning("left a snapshot removal cut short: %s", error)
     locks = _dates_before(snapshot_removal.locked_dates(settings.home), snapshot_cutoff)
     for date in sorted(set(folders).union(locks)):
         if _backfill_running(settings, date):
@@ -214,6 +212,24 @@ def _prune_store_snapshots(
         if not dry_run:
             store.remove(relative)
     return removed
+
+
+def _sweep_removals(home: Path, parents: list[Path]) -> None:
+    """End the removals cut short in each of ``parents`` (``recs.files.sweep_removals``),
+    logged (relative to ``home`` when under it); one that fails is reported and the rest of gc
+    goes on."""
+    for parent in parents:
+        where = parent.relative_to(home) if parent.is_relative_to(home) else parent
+        try:
+            for name in sweep_removals(parent):
+                log.info("finished removing %s, a removal cut short", where / name)
+        except OSError as error:
+            log.warning("left a removal cut short in %s: %s", where, error)
+
+
+def _date_folders(root: Path | str) -> list[Path]:
+    """Every folder directly under ``root`` whose name is a ``YYYY-MM-DD`` date."""
+    return _dated_folders(Path(root), dt.date.max)
 
 
 def _backfill_running(settings: Settings, date: str) -> bool:

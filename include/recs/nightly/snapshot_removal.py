@@ -4,19 +4,18 @@ contents are, and the removal itself.
 ``retained`` freezes a date under ``snapshots/.<date>.lock`` (``lock_file``), and a run links it
 into its own folder holding that lock shared (``retained.reading``); ``remove`` takes
 the same lock without waiting, judges the folder's age under it (``changed_since``) and renames
-the folder aside before deleting it; ``sweep_removals`` ends removals cut short. The rules of
-retention (which dates, which ages) are ``retention``'s.
+the folder aside before deleting it (``recs.files.remove_folder``). The rules of retention
+(which dates, which ages) are ``retention``'s.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from recs.files import staging_name
+from recs.files import remove_folder
 
 REMOVED, NO_FOLDER, BUSY, RECENT = "removed", "no folder", "busy", "recent"
 """What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
@@ -38,11 +37,11 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
     that lock, taken without waiting (``recs gc``; without it, the lock files of every date
     ever frozen stay); with ``unchanged_since``, only if nothing in the folder was written
     after it (``changed_since``, judged under the lock: a rebuild of the date that ended while
-    gc ran is kept). The folder is renamed aside (``.<name>.<pid>-<random>.gc``) before it is
-    deleted, so a reader finds the whole snapshot or none; a removal cut short is finished by
-    the next gc (``sweep_removals``). Returns ``REMOVED``, ``NO_FOLDER``, ``BUSY`` or
-    ``RECENT``; raises ``OSError`` for a lock or folder it cannot read or remove, or a symbolic
-    link in the folder's place (gc reports it and goes on)."""
+    gc ran is kept). The folder is renamed aside before it is deleted
+    (``recs.files.remove_folder``), so a reader finds the whole snapshot or none; a removal cut
+    short is finished by the next gc (``recs.files.sweep_removals``). Returns ``REMOVED``,
+    ``NO_FOLDER``, ``BUSY`` or ``RECENT``; raises ``OSError`` for a lock or folder it cannot
+    read or remove, or a symbolic link in the folder's place (gc reports it and goes on)."""
     target = Path(home) / "snapshots" / name
     lock = lock_file(target)
     if not lock.parent.is_dir():
@@ -60,24 +59,9 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
         if found and unchanged_since is not None and changed_since(target, unchanged_since):
             return RECENT
         if found:
-            aside = target.with_name(staging_name(name, ".gc"))
-            os.rename(target, aside)
-            shutil.rmtree(aside)
+            remove_folder(target)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file
     return REMOVED if found else NO_FOLDER
-
-
-def sweep_removals(home: Path) -> list[str]:
-    """Delete what removals cut short left aside (``snapshots/.*.gc``: ``remove``'s, read by
-    nothing, so no lock is needed); returns their names, sorted. Raises ``OSError`` for one it
-    cannot delete."""
-    root = Path(home) / "snapshots"
-    if not root.is_dir():
-        return []
-    leftovers = sorted(p for p in root.glob(".*.gc") if p.is_dir() and not p.is_symlink())
-    for leftover in leftovers:
-        shutil.rmtree(leftover)
-    return [p.name for p in leftovers]
 
 
 def locked_dates(home: Path) -> list[str]:

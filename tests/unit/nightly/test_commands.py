@@ -370,8 +370,6 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
     by then (a second review's)."""
     import shutil
 
-    from recs.nightly import snapshot_removal
-
     root = tmp_path / "home" / "snapshots"
     (root / "2026-10-01").mkdir(parents=True)
     for name in ("manifest.json", "users.parquet"):
@@ -384,19 +382,78 @@ def test_a_snapshot_removal_cut_short_leaves_no_half_snapshot_and_the_next_gc_en
         (Path(path) / "users.parquet").unlink()
         raise OSError(f"injected: {Path(path).name} half removed")
 
-    monkeypatch.setattr(snapshot_removal.shutil, "rmtree", cut_short)
+    monkeypatch.setattr(shutil, "rmtree", cut_short)
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
     assert "left snapshots/2026-10-01: injected: .2026-10-01." in caplog.text
     left = sorted(p.name for p in root.iterdir())
     assert left[0].endswith(".gc") and left[1:] == [".2026-10-01.lock"]
-    monkeypatch.setattr(snapshot_removal.shutil, "rmtree", deleting)
+    monkeypatch.setattr(shutil, "rmtree", deleting)
     monkeypatch.setenv("RECS_SNAPSHOT_RETENTION_DAYS", "90")  # the date is no longer old
     caplog.set_level("INFO", logger="recs.nightly.retention")
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == []
     assert [p.name for p in root.iterdir()] == [".2026-10-01.lock"]  # the leftover went
     assert "finished removing snapshots/.2026-10-01." in caplog.text
+
+
+def test_run_and_version_removals_cut_short_leave_no_half_folder_and_the_next_gc_ends_them(
+    recs, tmp_path, monkeypatch, caplog
+):
+    """(From a review.) night_1..4 published (keeping 2 versions by recency: night_1 and
+    night_2 go; night_3 is CURRENT's predecessor) and night_1's run aged past run retention.
+    The deletion
+    of each folder fails part-way: no half-deleted run or version is left under its name, and
+    the next gc removes what was left aside, although the run and version it was are no longer
+    listed (on de50639 a version's leftover `.night_1.gc` stayed for good, and a run's half
+    stayed under its name, its folder time moved by the deletions: recent to the next gc)."""
+    import shutil
+
+    home = tmp_path / "home"
+    for day in (1, 2, 3, 4):
+        paths, settings = night(home, day)
+        validate_run(paths, settings)
+        publish_run(paths, settings)
+    age(home / "runs" / "2026-11-01" / "night_1", dt.date(2026, 11, 1))
+    monkeypatch.setenv("RECS_PUBLISHED_RETENTION_VERSIONS", "2")
+    caplog.set_level("INFO", logger="recs.nightly.retention")
+    deleting = shutil.rmtree
+
+    def cut_short(path, *args, **kwargs):
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        if not files:
+            return deleting(path, *args, **kwargs)
+        files[0].unlink()
+        raise OSError(f"injected: {Path(path).name} half removed")
+
+    monkeypatch.setattr(shutil, "rmtree", cut_short)
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code != 0 and "injected: .night_1." in one_error(err)
+    monkeypatch.setattr(shutil, "rmtree", deleting)
+    published = sorted(p.name for p in (home / "published").iterdir() if p.is_dir())
+    assert published[0].startswith(".night_1.") and published[0].endswith(".gc")
+    assert published[1:] == ["night_2", "night_3", "night_4"]
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"] == {
+        "published": ["night_2"], "runs": ["2026-11-01/night_1"], "run_store": [], "snapshots": []
+    }  # fmt: skip
+    assert sorted(p.name for p in (home / "published").iterdir() if p.is_dir()) == [
+        "night_3", "night_4"
+    ]  # fmt: skip
+    assert not (home / "runs" / "2026-11-01").exists()
+    assert "finished removing published/.night_1." in caplog.text
+
+    monkeypatch.setattr(shutil, "rmtree", cut_short)  # the run's own removal cut short
+    age(home / "runs" / "2026-11-02" / "night_2", dt.date(2026, 11, 2))
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code != 0 and "injected: .night_2." in one_error(err)
+    monkeypatch.setattr(shutil, "rmtree", deleting)
+    left = [p.name for p in (home / "runs" / "2026-11-02").iterdir()]
+    assert len(left) == 1 and left[0].startswith(".night_2.") and left[0].endswith(".gc")
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code == 0 and json.loads(out)["removed"]["runs"] == []
+    assert not (home / "runs" / "2026-11-02").exists()
 
 
 def test_gc_judges_links_in_a_run_by_their_own_time(recs, tmp_path):
