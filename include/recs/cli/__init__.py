@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(error.format_message().rstrip() + "\n")
             return 2
         message = " ".join(error.format_message().split())
-        sys.stderr.write(f"recs: error: {message}\n")
+        sys.stderr.write(f"recs: error: {message}{_misplaced_option(error, argv)}\n")
         return error.exit_code
     except RecsError as error:
         if not _interrupted(error):
@@ -73,6 +73,32 @@ def main(argv: list[str] | None = None) -> int:
     if code == ABORTED:
         sys.stderr.write("recs: aborted\n")
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
+    """A hint for an option given before the command that takes it (``recs --json summary``:
+    Click's "No such option: --json" alone left a newcomer guessing): "; it belongs after the
+    command: recs summary --json" when a command named later in ``argv`` (``sys.argv`` when
+    None) has that option; "" otherwise."""
+    option, context = getattr(error, "option_name", None), getattr(error, "ctx", None)
+    group = getattr(context, "command", None)
+    if not option or not hasattr(group, "get_command"):
+        return ""
+    words = list(sys.argv[1:] if argv is None else argv)
+    at = next((i for i, w in enumerate(words) if w.split("=", 1)[0] == option), None)
+    if at is None:
+        return ""
+    path, outer = [], context
+    while outer is not None and outer.parent is not None:  # `recs shard ...`: the group's path
+        path.insert(0, outer.info_name)
+        outer = outer.parent
+    for word in words[at + 1 :]:
+        command = group.get_command(context, word)
+        if command is not None:
+            if any(option in p.opts + p.secondary_opts for p in command.params):
+                return f"; it belongs after the command: {' '.join(['recs', *path, word, option])}"
+            return ""
+    return ""
 
 
 def _interrupted(error: BaseException) -> bool:

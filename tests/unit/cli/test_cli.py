@@ -53,6 +53,26 @@ def test_other_commands_reject_a_bad_run_id_too(recs, command):
     assert _one_error(err) == f"recs: error: invalid run id '../x': {RUN_ID_RULE}"
 
 
+AFTER = "; it belongs after the command:"
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "hint"),
+    [
+        (["--json", "summary"], "--json", f"{AFTER} recs summary --json"),
+        (["--json=1", "gc", "--dry-run"], "--json", f"{AFTER} recs gc --json"),
+        (["shard", "--json", "run"], "--json", f"{AFTER} recs shard run --json"),
+        (["--bogus", "summary"], "--bogus", ""),  # no command has it
+        (["--today", "2026-11-01", "rollback"], "--today", ""),  # gc has it, rollback does not
+        (["summary", "--bogus"], "--bogus", ""),  # in its place, and unknown
+    ],
+)  # fmt: skip
+def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):
+    """(From a newcomer.) `recs --json summary` got Click's "No such option: --json" alone."""
+    code, out, err = recs(*argv)
+    assert code == 2 and out == ""
+    assert _one_error(err) == f"recs: error: No such option: {option}{hint}"
+
 # --- user ids --------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["recommend", "token"])
 @pytest.mark.parametrize("raw", ["-1", "abc", "01", "+1", "1e3", str(2**63)])
