@@ -532,10 +532,12 @@ not stable would move it every time)."""
 def _date_lock(target: Path, *, shared: bool = False) -> Iterator[None]:
     """One freeze of a date at a time (waits): ``snapshots/.<date>.lock``; ``shared``, for runs
     that read the retained folder (``reading``), which may read it together but not while it is
-    written or removed. ``recs gc`` deletes the lock file of a date it removes (``remove``), so
-    a lock won on a file no longer at that path is let go and taken again on the file that is,
-    up to ``LOCK_ATTEMPTS`` times (``OSError`` after). Not re-entrant: a process holding one
-    date lock must not ask for another of the same date (it would wait on itself)."""
+    written or removed. ``recs gc`` deletes the lock file of a date it removes (``remove``), and
+    an exclusive holder the lock file of a date it leaves with no folder (a freeze refused or
+    failed), so a lock won on a file no longer at that path is let go and taken again on the
+    file that is, up to ``LOCK_ATTEMPTS`` times (``OSError`` after). Not re-entrant: a process
+    holding one date lock must not ask for another of the same date (it would wait on
+    itself)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_file(target)
     for _ in range(LOCK_ATTEMPTS):
@@ -546,7 +548,11 @@ def _date_lock(target: Path, *, shared: bool = False) -> Iterator[None]:
             try:
                 yield
             finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                try:  # a date left with no folder (a refused freeze) keeps no lock file either
+                    if not shared and not os.path.lexists(target):
+                        lock.unlink(missing_ok=True)  # still held: a waiter retries (as gc's)
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return
     raise OSError(
         f"cannot hold the lock {lock}: the file at that path was another one each time it was "

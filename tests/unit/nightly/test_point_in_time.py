@@ -69,6 +69,8 @@ def test_a_past_date_without_a_retained_snapshot_is_refused_and_writes_nothing(s
     assert "2026-11-06T00:00:00Z" in message and "--rebuild-snapshot" in message
     assert not paths.snapshot_dir.exists()
     assert not retained.is_complete(retained.folder(settings.home, paths.snapshot_date))
+    # nor its date's lock file (de50639 left an empty snapshots/.2026-11-01.lock until gc)
+    assert sorted(p.name for p in (settings.home / "snapshots").iterdir()) == []
 
 
 def test_a_cut_off_ahead_of_the_clock_is_refused_at_the_instant_it_is_not_past():
