@@ -24,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -45,30 +46,57 @@ def staging_name(name: str, suffix: str) -> str:
 
 REMOVING = ".gc"
 """The suffix of a folder ``remove_folder`` renamed aside and is deleting."""
+_REMOVING_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[0-9a-f]{8}" + re.escape(REMOVING))
+"""``staging_name(name, REMOVING)``: only such names are swept, never a folder of one's own."""
 
 
 def remove_folder(path: Path) -> None:
     """Delete the folder ``path`` as one step for its readers: renamed aside first
     (``staging_name(name, REMOVING)``), then deleted, so nothing finds half of it under its name,
     and a deletion cut short leaves a hidden leftover ``sweep_removals`` ends (not a half folder
-    whose own time, moved by the deletions, would look recent). Raises ``OSError``."""
+    whose own time, moved by the deletions, would look recent). What vanishes meanwhile (another
+    process sweeping the same leftover) is taken as deleted. Raises ``OSError``."""
     aside = path.with_name(staging_name(path.name, REMOVING))
     os.rename(path, aside)
-    shutil.rmtree(aside)
+    shutil.rmtree(aside, onerror=_gone_is_deleted)
 
 
 def sweep_removals(parent: Path) -> list[str]:
-    """Delete what ``remove_folder`` calls cut short left directly in ``parent`` (hidden
-    ``*.gc`` folders: read by nothing, so no lock is needed); returns their names, sorted
-    (none when ``parent`` is missing). Raises ``OSError`` for one it cannot delete."""
+    """Delete what ``remove_folder`` calls cut short left directly in ``parent``: hidden folders
+    named as it names them whose process is no longer running on this machine (one still
+    deleting is left to it; links and other names are never touched). They are read by
+    nothing, so no lock is needed. Returns their names, sorted (none when ``parent`` is
+    missing). Raises ``OSError`` for one it cannot delete."""
     if not parent.is_dir():
         return []
-    leftovers = sorted(
-        p for p in parent.glob(f".*{REMOVING}") if p.is_dir() and not p.is_symlink()
-    )
-    for leftover in leftovers:
-        shutil.rmtree(leftover)
-    return [p.name for p in leftovers]
+    leftovers = []
+    for path in sorted(parent.glob(f".*{REMOVING}")):
+        found = _REMOVING_NAME.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _running(int(found["pid"])):
+            shutil.rmtree(path, onerror=_gone_is_deleted)
+            leftovers.append(path.name)
+    return leftovers
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists here (``kill(pid, 0)``; another user's counts)."""
+    if pid == os.getpid():
+        return False  # this process is not deleting it now: a removal of its own cut short
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False  # not a pid at all
+    return True
+
+
+def _gone_is_deleted(function: Any, path: str, exc_info: Any) -> None:
+    """``shutil.rmtree``'s error handler: an entry already gone is deleted; others raise."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def fsync_dir(path: Path) -> None:

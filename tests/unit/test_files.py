@@ -53,3 +53,76 @@ def test_sha256_file_is_the_digest_of_the_bytes(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert sha256_file(path) == hashlib.sha256(data).hexdigest()
+
+
+def test_sweep_removals_ends_only_removals_whose_process_has_ended(tmp_path):
+    """(From a review.) Under one folder: a leftover of an ended process (swept), one of a
+    process still running (left: it may be deleting it now, and a second gc removed it under
+    the first, which died of FileNotFoundError), a user's own `.backup.gc` and `.x.gc` folders
+    (left: not named as ``remove_folder`` names them), and a link in a leftover's shape (left)."""
+    import subprocess
+    import sys
+
+    from recs.files import sweep_removals
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = {
+            "ended": f".night_1.{ended.stdout.strip()}-0123abcd.gc",
+            "running": f".night_2.{alive.pid}-89abcdef.gc",
+            "own": ".backup.gc",
+            "short": ".x.gc",
+        }
+        for name in names.values():
+            (tmp_path / name / "part").mkdir(parents=True)
+            (tmp_path / name / "part" / "data").write_text("rows")
+        (tmp_path / ".night_3.1-00000000.gc").symlink_to(tmp_path / names["own"])
+        assert sweep_removals(tmp_path) == [names["ended"]]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [names["running"], names["own"], names["short"], ".night_3.1-00000000.gc"]
+        )
+        assert (tmp_path / names["own"] / "part" / "data").read_text() == "rows"
+    finally:
+        alive.kill()
+        alive.wait()
+    assert sweep_removals(tmp_path) == [names["running"]]  # its process has ended now
+    assert sweep_removals(tmp_path / "missing") == []
+
+
+def test_remove_folder_takes_what_vanishes_meanwhile_as_deleted(tmp_path, monkeypatch):
+    """Another process deletes a file just before ``remove_folder`` does (a concurrent sweep):
+    the unlink's FileNotFoundError means deleted, and the rest goes; any other error raises,
+    and leaves the folder aside under its hidden name (the next sweep's)."""
+    import os
+
+    from recs.files import remove_folder
+
+    for part in ("a", "b"):
+        (tmp_path / "run" / part).mkdir(parents=True)
+        (tmp_path / "run" / part / "rows").write_text("x")
+    unlink = os.unlink
+    failures = []
+
+    def deleted_by_another(path, *args, **kwargs):
+        unlink(path, *args, **kwargs)
+        if not failures:
+            failures.append(path)
+            raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(os, "unlink", deleted_by_another)
+    remove_folder(tmp_path / "run")
+    assert failures and list(tmp_path.iterdir()) == []
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    (tmp_path / "kept" / "a").mkdir(parents=True)
+    (tmp_path / "kept" / "a" / "rows").write_text("x")
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(PermissionError):
+        remove_folder(tmp_path / "kept")
+    monkeypatch.setattr(os, "unlink", unlink)
+    [aside] = tmp_path.iterdir()
+    assert aside.name.startswith(".kept.") and (aside / "a" / "rows").is_file()

@@ -78,26 +78,33 @@ def main(argv: list[str] | None = None) -> int:
 def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
     """A hint for an option given before the command that takes it (``recs --json summary``:
     Click's "No such option: --json" alone left a newcomer guessing): "; it belongs after the
-    command: recs summary --json" when a command named later in ``argv`` (``sys.argv`` when
-    None) has that option; "" otherwise."""
+    command: recs summary --json" (with its value, for an option that takes one) when the
+    command named next in ``argv`` (``sys.argv`` when None) has that option and was not given
+    it; "" otherwise (and after ``--``, where nothing is an option)."""
     option, context = getattr(error, "option_name", None), getattr(error, "ctx", None)
     group = getattr(context, "command", None)
     if not option or not hasattr(group, "get_command"):
         return ""
     words = list(sys.argv[1:] if argv is None else argv)
     at = next((i for i, w in enumerate(words) if w.split("=", 1)[0] == option), None)
-    if at is None:
+    if at is None or "--" in words[:at]:
         return ""
     path, outer = [], context
     while outer is not None and outer.parent is not None:  # `recs shard ...`: the group's path
         path.insert(0, outer.info_name)
         outer = outer.parent
-    for word in words[at + 1 :]:
+    for place, word in enumerate(words[at + 1 :], start=at + 1):
         command = group.get_command(context, word)
-        if command is not None:
-            if any(option in p.opts + p.secondary_opts for p in command.params):
-                return f"; it belongs after the command: {' '.join(['recs', *path, word, option])}"
+        if command is None:
+            continue
+        param = next((p for p in command.params if option in p.opts + p.secondary_opts), None)
+        later = [w.split("=", 1)[0] for w in words[place + 1 :]]
+        if param is None or option in later:
             return ""
+        given = [option]  # a flag alone; `--today=D` as it is; `--today D` with its word
+        if not getattr(param, "is_flag", False):
+            given = [words[at]] if "=" in words[at] else words[at : min(at + 2, place)]
+        return f"; it belongs after the command: {' '.join(['recs', *path, word, *given])}"
     return ""
 
 

@@ -23,8 +23,9 @@ Three kinds of folders under ``RECS_HOME``, each by its own setting (``recs.conf
   that fails leaves the local retention done and is reported (``run_store_error``).
 
 Each local folder is renamed aside before it is deleted (``recs.files.remove_folder``), so a reader
-finds a whole folder or none; what a removal cut short left aside (a hidden ``*.gc`` folder) is
-deleted by the next gc, whatever the retention says by then.
+finds a whole folder or none; what a removal cut short left aside (a hidden ``*.gc`` folder whose
+process has ended) is deleted by the next gc, whatever the retention says by then, and two gc's
+at once never trip on each other's removals.
 
 "Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
 ``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
@@ -34,6 +35,7 @@ what would go and removes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 from contextlib import nullcontext
 from pathlib import Path
@@ -66,6 +68,8 @@ def collect_garbage(
     # no published/ (a first night, or RECS_HOME relative to another folder): nothing to
     # guard, and nothing made, so a dry run leaves no trace
     with publisher_lock(published_dir) if published_dir.is_dir() else nullcontext():
+        if not dry_run:  # what removals cut short left aside, whatever the retention is by now
+            _sweep_removals(Path(settings.home), [published_dir])
         current = current_version(published_dir)
         predecessor = history.predecessor(published_dir, current) if current else None
         protected = {name for name in (current, predecessor) if name}
@@ -79,10 +83,10 @@ def collect_garbage(
                 remove_folder(published_dir / name)
         backing = _backing_runs(published_dir, protected)
 
-    if not dry_run:  # what removals cut short left aside, whatever the retention is by now
+    if not dry_run:
         _sweep_removals(
             Path(settings.home),
-            [published_dir, Path(settings.home) / "snapshots", *_date_folders(settings.runs_dir)],
+            [Path(settings.home) / "snapshots", *_date_folders(settings.runs_dir)],
         )
     run_cutoff = today - dt.timedelta(days=settings.run_retention_days)
     changed_cutoff = dt.datetime.combine(run_cutoff, dt.time(), dt.UTC).timestamp()
@@ -94,11 +98,18 @@ def collect_garbage(
                 continue
             if in_progress(run_dir):
                 continue  # another process is working on it: left alone
-            removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
             if not dry_run:
-                remove_folder(run_dir)
+                try:
+                    remove_folder(run_dir)
+                except FileNotFoundError:
+                    continue  # another gc removed it meanwhile
+            removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
         if not dry_run and not any(date_dir.iterdir()):
-            date_dir.rmdir()
+            try:
+                date_dir.rmdir()
+            except OSError as error:  # another gc's, or a run starting in it meanwhile
+                if error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+                    raise
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
     # an old date frozen lately (a backfill's, `make demo`'s) is kept by the rule of runs: a

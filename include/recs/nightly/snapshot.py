@@ -83,7 +83,8 @@ def freeze_snapshot(
     ``wait_for_standby`` said when a hot standby was read, else None), ``seconds``. Raises
     ``CutOffAheadError`` (the day is not over: ``point_in_time.refuse_cut_off_ahead``, also
     before reusing a retained snapshot), ``SnapshotNotRetainedError`` (past date, nothing
-    retained, no rebuild), ``ShardPlanError``, ``LiveStoreError``, ``RunInProgressError``
+    retained, no rebuild; or ``recs gc`` removed the date's snapshot ``REUSE_ATTEMPTS`` times
+    before this run held it), ``ShardPlanError``, ``LiveStoreError``, ``RunInProgressError``
     (another process holds the run).
     """
     started = time.perf_counter()

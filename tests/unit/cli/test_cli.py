@@ -61,6 +61,10 @@ AFTER = "; it belongs after the command:"
     [
         (["--json", "summary"], "--json", f"{AFTER} recs summary --json"),
         (["--json=1", "gc", "--dry-run"], "--json", f"{AFTER} recs gc --json"),
+        (["--today", "2026-11-01", "gc"], "--today", f"{AFTER} recs gc --today 2026-11-01"),
+        (["--today=2026-11-01", "gc"], "--today", f"{AFTER} recs gc --today=2026-11-01"),
+        (["--json", "gc", "--json"], "--json", ""),  # already after it
+        (["--", "--json", "summary"], "--json", ". Did you mean 'summary'?"),  # Click's only
         (["shard", "--json", "run"], "--json", f"{AFTER} recs shard run --json"),
         (["--bogus", "summary"], "--bogus", ""),  # no command has it
         (["--today", "2026-11-01", "rollback"], "--today", ""),  # gc has it, rollback does not

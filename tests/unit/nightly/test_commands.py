@@ -456,6 +456,40 @@ def test_run_and_version_removals_cut_short_leave_no_half_folder_and_the_next_gc
     assert not (home / "runs" / "2026-11-02").exists()
 
 
+def test_two_gcs_at_once_leave_each_others_removals_alone(recs, tmp_path, monkeypatch):
+    """(From a review.) gc A is deleting night_1's old run (renamed aside) when gc B, another
+    process, starts: B must leave the folder A is deleting (on 4147162 B swept it and A died of
+    FileNotFoundError, exit 74, before pruning the snapshots), and A ends its removal."""
+    import shutil
+    import subprocess
+    import sys
+
+    import recs as package
+
+    home = tmp_path / "home"
+    night(home, 1)
+    age(home / "runs" / "2026-11-01" / "night_1", dt.date(2026, 11, 1))
+    deleting, second = shutil.rmtree, []
+
+    def while_another_gc_runs(path, *args, **kwargs):
+        if Path(path).name.startswith(".night_1.") and not second:
+            environment = {**os.environ, "PYTHONPATH": str(Path(package.__file__).parents[1])}
+            second.append(subprocess.run(
+                [sys.executable, "-m", "recs.cli", "gc", "--today", "2026-11-20", "--json"],
+                capture_output=True, text=True, env=environment, timeout=120,
+            ))  # fmt: skip
+            assert Path(path).is_dir()  # B left it
+        return deleting(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", while_another_gc_runs)
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"]["runs"] == ["2026-11-01/night_1"]
+    assert second[0].returncode == 0, second[0].stderr
+    assert json.loads(second[0].stdout)["removed"]["runs"] == []
+    assert not (home / "runs" / "2026-11-01").exists()
+
+
 def test_gc_judges_links_in_a_run_by_their_own_time(recs, tmp_path):
     """(A second review's.) An old run holding a dangling link is removed: gc read the time of
     what the link points at and stopped, exit 74, before the snapshots."""
