@@ -72,16 +72,21 @@ def sweep_removals(parent: Path) -> list[str]:
     leftovers = []
     for path in sorted(parent.glob(f".*{REMOVING}")):
         found = _REMOVING_NAME.fullmatch(path.name)
-        if found and path.is_dir() and not path.is_symlink() and not _running(int(found["pid"])):
+        pid = int(found["pid"]) if found else 0
+        # this process deletes none now: its own removal was cut short (an error, then gc again)
+        running = pid != os.getpid() and process_running(pid)
+        if found and path.is_dir() and not path.is_symlink() and not running:
             shutil.rmtree(path, onerror=_gone_is_deleted)
             leftovers.append(path.name)
     return leftovers
 
 
-def _running(pid: int) -> bool:
-    """Whether a process ``pid`` exists here (``kill(pid, 0)``; another user's counts)."""
-    if pid == os.getpid():
-        return False  # this process is not deleting it now: a removal of its own cut short
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (``kill(pid, 0)``; another user's
+    counts): the one that named a staging file (``staging_name`` holds its pid), or a server
+    worker (``recs.serving.coordination``)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -33,6 +33,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from recs.files import process_running
+
 log = logging.getLogger("recs.serving")
 
 Key = tuple
@@ -173,7 +175,7 @@ class SharedPointer:
             except (OSError, ValueError):
                 continue
             pid = int(document.get("pid", -1))
-            if not _alive(pid):
+            if not process_running(pid):
                 path.unlink(missing_ok=True)
                 continue
             found[pid] = {tuple(key) for key in document.get("keys", [])}
@@ -192,15 +194,3 @@ class _Flock:
 
     def __exit__(self, *_exc) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
