@@ -418,7 +418,7 @@ def _current_problem(published_dir, versions: list[dict]) -> str | None:
 @runs_app.command("show")
 def runs_show(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="A published version's run id.")],
+    run_id: Annotated[str, typer.Argument(help="A published version's run id.", metavar="RUN_ID")],
     as_json: JsonOpt = False,
 ) -> None:
     """One published version: its validation and, per shard, computed or carried over (from

@@ -226,7 +226,8 @@ def rollback(home_or_settings: Path | str | Settings, to: str | None = None) -> 
         target = to if to is not None else history.predecessor(published_dir, current)
         if target is None:
             raise RunNotFoundError(
-                f"cannot roll back: no version was published before {current} "
+                f"cannot roll back: {current} replaced no version when it was published "
+                "(the first, or one published beside CURRENT), so there is none to go back to "
                 "(name one with --to RUN_ID; `recs runs` lists them)"
             )
         try:

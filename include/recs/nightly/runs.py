@@ -41,6 +41,7 @@ from recs.errors import (
     RunNotFoundError,
     ShardOutOfRangeError,
 )
+from recs.times import wall_clock
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a run id may be (``fullmatch``), and it must not contain ``..``: one path segment,
@@ -184,11 +185,10 @@ class RunPaths:
         else:
             candidates = frozen_runs(home, day)
             if not candidates:
-                cut_off = (day + dt.timedelta(days=1)).isoformat()
                 raise RunNotFoundError(
                     f"no run of {day.isoformat()} under {date_dir} (none has frozen its "
                     f"snapshot): run the DAG or `recs run --snapshot-date {day.isoformat()}` "
-                    f"first, once the day is over ({cut_off} 00:00 UTC)"
+                    f"first{_remedy(Path(home), day)}"
                 )
             paths = cls(Path(home), day, candidates[-1])
         if not paths.snapshot_manifest.exists():
@@ -259,3 +259,19 @@ def check_shard(shard_id: int, shard_count: int) -> int:
             f"shard {shard_id} is out of range: this run has shards 0..{shard_count - 1}"
         )
     return shard_id
+
+
+def _remedy(home: Path, day: dt.date) -> str:
+    """What a first run of ``day`` needs, for the "no run" message: the day to be over, or, for
+    a past date with no snapshot retained here, perhaps ``--rebuild-snapshot`` (a newcomer ran
+    the command the message named for a month-old date and was refused: the store had moved
+    past it)."""
+    cut_off = day + dt.timedelta(days=1)
+    if wall_clock() < dt.datetime.combine(cut_off, dt.time()):
+        return f", once the day is over ({cut_off.isoformat()} 00:00 UTC)"
+    if (home / "snapshots" / day.isoformat() / "manifest.json").is_file():
+        return " (it reuses the date's retained snapshot)"
+    return (
+        "; no snapshot of that date is retained here, so add --rebuild-snapshot if the live "
+        "store has moved past it (README, 'Backfills and reruns')"
+    )

@@ -77,6 +77,15 @@ def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, 
     assert code == 2 and out == ""
     assert _one_error(err) == f"recs: error: No such option: {option}{hint}"
 
+@pytest.mark.parametrize(
+    ("argv", "name"), [(["runs", "show"], "RUN_ID"), (["recommend"], "USER_ID")]
+)
+def test_a_missing_argument_is_named_as_the_help_names_it(recs, argv, name):
+    """(From a newcomer.) `recs runs show` said 'run_id' where `recs recommend` said 'USER_ID'."""
+    code, _out, err = recs(*argv)
+    assert code == 2 and _one_error(err) == f"recs: error: Missing argument '{name}'."
+
+
 # --- user ids --------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["recommend", "token"])
 @pytest.mark.parametrize("raw", ["-1", "abc", "01", "+1", "1e3", str(2**63)])

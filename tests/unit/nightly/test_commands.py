@@ -163,7 +163,7 @@ def test_rollback_command(recs, tmp_path):
     code, out, _ = recs("rollback")
     assert code == 0 and "CURRENT: night_1 (was night_2)" in out
     code, _, err = recs("rollback")
-    assert code == 2 and "no version was published before night_1" in one_error(err)
+    assert code == 2 and "night_1 replaced no version when it was published" in one_error(err)
     code, _, err = recs("rollback", "--to", "night_7")
     assert code == 2 and "cannot roll back to night_7" in one_error(err)
     code, _, err = recs("rollback", "--to", "../night_2")

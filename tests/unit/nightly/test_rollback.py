@@ -64,7 +64,7 @@ def test_rollback_goes_to_the_version_before_current_then_further(three):
     assert rollback(three) == {"run_id": "night_2", "previous": "night_3", "changed": True}
     assert current_version(published) == "night_2"
     assert rollback(three)["run_id"] == "night_1"
-    with pytest.raises(RunNotFoundError, match="no version was published before night_1"):
+    with pytest.raises(RunNotFoundError, match="night_1 replaced no version when it was published"):
         rollback(three)
     assert current_version(published) == "night_1"
     actions = [(e["action"], e["run_id"], e["previous"]) for e in history.events(published)]

@@ -108,3 +108,23 @@ def test_a_date_without_a_run_says_when_it_can_have_one(tmp_path):
         "`recs run --snapshot-date 2026-12-31` first, once the day is over "
         "(2027-01-01 00:00 UTC)"
     )
+
+
+def test_a_past_date_without_a_run_names_the_rebuild_unless_its_snapshot_is_retained(tmp_path):
+    """(From a newcomer, who ran the hint's `recs run` for a month-old date and was refused:
+    the store had moved past it.) A past date: without a retained snapshot the remedy adds
+    --rebuild-snapshot; with one, the run reuses it."""
+    with pytest.raises(RunNotFoundError) as raised:
+        RunPaths.find(tmp_path, "2026-10-01")
+    assert str(raised.value).endswith(
+        "`recs run --snapshot-date 2026-10-01` first; no snapshot of that date is retained here, "
+        "so add --rebuild-snapshot if the live store has moved past it (README, 'Backfills and "
+        "reruns')"
+    )
+    (tmp_path / "snapshots" / "2026-10-01").mkdir(parents=True)
+    (tmp_path / "snapshots" / "2026-10-01" / "manifest.json").write_text("{}")
+    with pytest.raises(RunNotFoundError) as raised:
+        RunPaths.find(tmp_path, "2026-10-01")
+    assert str(raised.value).endswith(
+        "`recs run --snapshot-date 2026-10-01` first (it reuses the date's retained snapshot)"
+    )
