@@ -135,7 +135,8 @@ def summary(
     snapshot_date: NewestDateOpt = None, run_id: RunIdOpt = None, as_json: JsonOpt = False
 ) -> None:
     """What one run did: snapshot counts, shards computed, eligible users, users with lists,
-    rows, traversals and seconds (per shard too), the gate's outcome, whether it is served."""
+    rows, traversals and seconds (per shard too), the gate's outcome, whether it is served,
+    and whether another process is working on it now."""
     from recs.nightly.reporting import run_summary
 
     paths = chosen_run(snapshot_date, run_id)

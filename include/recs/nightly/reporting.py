@@ -8,6 +8,7 @@ from typing import Any
 
 from recs.errors import RecsError
 from recs.files import read_json
+from recs.nightly.locks import in_progress
 from recs.nightly.runs import RunPaths
 from recs.published import MANIFEST_FILE, current_version, version_dir
 
@@ -27,7 +28,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     ``traversals_per_shard_second`` and ``traversals_per_kernel_second``; the gate's outcome
     ``validation`` ("passed", "failed", "errored", "nothing_to_validate", "not_run") and
     ``validation_stale`` (a shard computed after it); ``published``, one of
-    ``PUBLICATION_STATES``, and ``published_detail``, the same in words. (A newcomer read
+    ``PUBLICATION_STATES``, and ``published_detail``, the same in words; ``in_progress``, whether
+    a process holds the run's lock now (``locks.in_progress``: a rerun or a stage). (A newcomer read
     "eligible users 29,562" of a run with two of four shards computed: half the 58,901 the gate
     reported.) Raises ``RunNotFoundError`` if the run has no snapshot.
     """
@@ -72,6 +74,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "validation_stale": _stale(validation_file, newest_shard),
     }
     totals["published"], totals["published_detail"] = _publication(home, paths)
+    # a newcomer read a rerun's figures mid-way as its result: they are the last attempt's
+    totals["in_progress"] = in_progress(paths.run_dir)
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -169,6 +173,10 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "validation": totals["validation"].replace("_", " ")
             + (stale if totals["validation_stale"] else ""),
             "published": totals["published_detail"],
+            "in progress": "yes: another process is working on this run, so these figures may "
+            "be an earlier attempt's"
+            if totals["in_progress"]
+            else "no",
         }
     )
     return lines

@@ -48,6 +48,7 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "validation_stale": False,
         "published": "no",
         "published_detail": "no",
+        "in_progress": False,
     }
     # what `recs summary` prints: labels for people, the shards not computed by number
     assert total_lines(summary) == {
@@ -65,4 +66,33 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "traversals per kernel second": 2_000,
         "validation": "not run",
         "published": "no",
+        "in progress": "no",
     }
+
+
+def test_a_run_another_process_holds_says_so(tmp_path):
+    """(From a newcomer, who read a rerun's figures mid-way as its result.) While another
+    process holds the run's lock (as `recs run` or a stage does), the summary says the run is
+    in progress; once it lets go, that it is not."""
+    import subprocess
+    import sys
+
+    from test_point_in_time import HOLDER
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.snapshot_dir.mkdir(parents=True)
+    paths.snapshot_manifest.write_text(json.dumps({"shard_count": 1, "row_counts": {}}))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "2026-11-01", "r1"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        summary = run_summary(tmp_path, "2026-11-01", "r1")
+        assert summary["totals"]["in_progress"] is True
+        assert total_lines(summary)["in progress"] == (
+            "yes: another process is working on this run, so these figures may be an earlier "
+            "attempt's"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_summary(tmp_path, "2026-11-01", "r1")["totals"]["in_progress"] is False
