@@ -64,9 +64,12 @@ def remove_folder(path: Path) -> None:
 def sweep_removals(parent: Path) -> list[str]:
     """Delete what ``remove_folder`` calls cut short left directly in ``parent``: hidden folders
     named as it names them whose process is no longer running on this machine (one still
-    deleting is left to it; links and other names are never touched). They are read by
-    nothing, so no lock is needed. Returns their names, sorted (none when ``parent`` is
-    missing). Raises ``OSError`` for one it cannot delete."""
+    deleting is left to it; links and other names are never touched). On a folder several
+    machines or containers share, "running" is judged by this one's processes: one another
+    machine is still deleting may be swept with it (harmless: ``remove_folder`` takes what
+    vanishes as deleted), and a leftover whose pid a process here has since taken waits for it
+    to end. They are read by nothing, so no lock is needed. Returns their names, sorted (none
+    when ``parent`` is missing). Raises ``OSError`` for one it cannot delete."""
     if not parent.is_dir():
         return []
     leftovers = []

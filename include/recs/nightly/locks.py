@@ -4,7 +4,8 @@ A stage that writes the run's shared outputs (snapshot, dbt build, graph, gate) 
 exclusively; a shard task holds it shared (the shards of one run run side by side) plus its shard's
 lock exclusively. Both are ``flock``s on files in the run folder (``.lock``, ``.locks/``), taken
 without waiting: a second process that wants a lock someone holds is refused at once with
-``RunInProgressError`` ("run … is in progress"), before it writes anything. A process that already
+``RunInProgressError`` ("run … is in progress"), before it writes anything (after a few
+milliseconds' retries, the most a probe of ``in_progress`` holds a lock). A process that already
 holds a lock (``recs run`` holds the run's exclusively for the whole run) takes the inner ones for
 free. The kernel drops the locks of a process that dies, so a killed run never leaves a stale lock
 behind.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,9 +58,12 @@ def graph_piece_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
 
 def in_progress(run_dir: Path) -> bool:
     """Whether some process holds the lock of the run in ``run_dir`` now (without creating the
-    lock file, so asking changes nothing; ``recs gc`` leaves such a run alone)."""
+    lock file, so asking changes nothing; ``recs gc`` leaves such a run alone; ``recs summary``
+    says so). Opened read-only: a home mounted read-only can be asked too (a review: summary
+    failed there). The probe holds the lock for microseconds; a process taking it meanwhile
+    tries again (``_locked``). Raises ``OSError`` for a lock file it may not read."""
     try:
-        descriptor = os.open(Path(run_dir) / ".lock", os.O_RDWR)
+        descriptor = os.open(Path(run_dir) / ".lock", os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
@@ -114,7 +119,7 @@ def _locked(path: Path, shared: bool, what: str) -> int:
                 ) from None
             continue  # removed inside mkdir (its mkdir(2) saw EEXIST, then is_dir did not)
         try:
-            fcntl.flock(descriptor, mode)
+            _flock_or_wait_out_a_probe(descriptor, mode)
         except BlockingIOError:
             os.close(descriptor)
             raise RunInProgressError(
@@ -130,3 +135,24 @@ def _locked(path: Path, shared: bool, what: str) -> int:
             return descriptor
         os.close(descriptor)  # an unlinked file: its lock guards nothing (closing releases it)
     raise RunInProgressError(f"{what}: its lock file {path} keeps being removed; try again")
+
+
+PROBE_TRIES = 5
+PROBE_PAUSE_SECONDS = 0.01
+"""``in_progress`` (``recs gc``, ``recs summary``) takes a run's lock for microseconds to ask
+whether it is held: a process wanting the lock just then tries ``PROBE_TRIES`` times,
+``PROBE_PAUSE_SECONDS`` apart, before it is refused (a holder that is working holds it for
+seconds at least)."""
+
+
+def _flock_or_wait_out_a_probe(descriptor: int, mode: int) -> None:
+    """``flock(descriptor, mode)`` (non-blocking), tried ``PROBE_TRIES`` times; raises
+    ``BlockingIOError`` if the lock was held every time."""
+    for attempt in range(PROBE_TRIES):
+        try:
+            fcntl.flock(descriptor, mode)
+            return
+        except BlockingIOError:
+            if attempt == PROBE_TRIES - 1:
+                raise
+            time.sleep(PROBE_PAUSE_SECONDS)

@@ -29,7 +29,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     ``validation`` ("passed", "failed", "errored", "nothing_to_validate", "not_run") and
     ``validation_stale`` (a shard computed after it); ``published``, one of
     ``PUBLICATION_STATES``, and ``published_detail``, the same in words; ``in_progress``, whether
-    a process holds the run's lock now (``locks.in_progress``: a rerun or a stage). (A newcomer read
+    a process holds the run's lock now (``locks.in_progress``: a rerun or a stage; None when its
+    lock file cannot be read). (A newcomer read
     "eligible users 29,562" of a run with two of four shards computed: half the 58,901 the gate
     reported.) Raises ``RunNotFoundError`` if the run has no snapshot.
     """
@@ -75,7 +76,10 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     }
     totals["published"], totals["published_detail"] = _publication(home, paths)
     # a newcomer read a rerun's figures mid-way as its result: they are the last attempt's
-    totals["in_progress"] = in_progress(paths.run_dir)
+    try:
+        totals["in_progress"] = in_progress(paths.run_dir)
+    except OSError:  # a lock file it may not read: cannot tell
+        totals["in_progress"] = None
     return {
         "run_id": paths.run_id,
         "snapshot_date": paths.snapshot_date.isoformat(),
@@ -173,10 +177,12 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "validation": totals["validation"].replace("_", " ")
             + (stale if totals["validation_stale"] else ""),
             "published": totals["published_detail"],
-            "in progress": "yes: another process is working on this run, so these figures may "
-            "be an earlier attempt's"
-            if totals["in_progress"]
-            else "no",
+            "in progress": {
+                True: "yes: another process is working on this run, so these figures may be an "
+                "earlier attempt's",
+                False: "no",
+                None: "unknown (its lock file cannot be read)",
+            }[totals["in_progress"]],
         }
     )
     return lines

@@ -524,8 +524,9 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 LOCK_ATTEMPTS = 100
 """How many times in a row ``_date_lock`` takes a lock on a file no longer at its path before
-it gives up (a gc removes one date's lock file once; only a filesystem whose inode numbers are
-not stable would move it every time)."""
+it gives up (gc, or an exclusive holder leaving the date with no folder, removes the file, each
+time after a holder: a review's 250 threads contending for one date needed 89 at most; only a
+filesystem whose inode numbers are not stable would move it every time)."""
 
 
 @contextmanager

@@ -91,8 +91,7 @@ def collect_garbage(
     run_cutoff = today - dt.timedelta(days=settings.run_retention_days)
     changed_cutoff = dt.datetime.combine(run_cutoff, dt.time(), dt.UTC).timestamp()
     for date_dir in _dated_folders(Path(settings.runs_dir), run_cutoff):
-        runs = (p for p in date_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-        for run_dir in sorted(runs):
+        for run_dir in _run_folders(date_dir):
             kept = (date_dir.name, run_dir.name) in backing or ("*", run_dir.name) in backing
             if kept or _changed_since(run_dir, changed_cutoff):
                 continue
@@ -104,11 +103,11 @@ def collect_garbage(
                 except FileNotFoundError:
                     continue  # another gc removed it meanwhile
             removed["runs"].append(f"{date_dir.name}/{run_dir.name}")
-        if not dry_run and not any(date_dir.iterdir()):
+        if not dry_run:
             try:
-                date_dir.rmdir()
-            except OSError as error:  # another gc's, or a run starting in it meanwhile
-                if error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+                date_dir.rmdir()  # if empty
+            except OSError as error:  # not empty, or another gc removed it meanwhile
+                if error.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
                     raise
 
     snapshot_cutoff = today - dt.timedelta(days=settings.snapshot_retention_days)
@@ -243,10 +242,22 @@ def _date_folders(root: Path | str) -> list[Path]:
     return _dated_folders(Path(root), dt.date.max)
 
 
+def _run_folders(date_dir: Path) -> list[Path]:
+    """The run folders in ``runs/<date>/``, sorted: not hidden ones (a removal's leftover, a
+    staging folder), not links (an operator's: gc removes no data it did not write), none if
+    another gc removed the date's folder meanwhile."""
+    try:
+        return sorted(
+            p for p in date_dir.iterdir()
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+        )  # fmt: skip
+    except FileNotFoundError:
+        return []
+
+
 def _backfill_running(settings: Settings, date: str) -> bool:
     """Whether a run of ``date`` here is in progress (its rerun would need the snapshot)."""
-    runs_of_date = Path(settings.runs_dir) / date
-    return runs_of_date.is_dir() and any(in_progress(p) for p in runs_of_date.iterdir())
+    return any(in_progress(p) for p in _run_folders(Path(settings.runs_dir) / date))
 
 
 def _backing_runs(published_dir: Path, names: set[str]) -> set[tuple[str, str]]:

@@ -490,6 +490,66 @@ def test_two_gcs_at_once_leave_each_others_removals_alone(recs, tmp_path, monkey
     assert not (home / "runs" / "2026-11-01").exists()
 
 
+def test_a_gc_whose_date_folder_another_gc_removed_goes_on(recs, tmp_path, monkeypatch):
+    """(From a second review.) gc A has listed runs/2026-11-01/night_1 when gc B, another
+    process, removes the run and its date folder: A skips them and goes on to the snapshots
+    (on 8290ac8 it died of FileNotFoundError on the vanished date folder, exit 74)."""
+    import subprocess
+    import sys
+
+    import recs as package
+    from recs.nightly import retention
+
+    home = tmp_path / "home"
+    night(home, 1)
+    age(home / "runs" / "2026-11-01" / "night_1", dt.date(2026, 11, 1))
+    (home / "snapshots" / "2026-10-01").mkdir(parents=True)
+    (home / "snapshots" / "2026-10-01" / "manifest.json").write_text("{}")
+    age(home / "snapshots" / "2026-10-01", dt.date(2026, 10, 1))
+    probe, second = retention.in_progress, []
+
+    def after_another_gc(run_dir):
+        if not second:
+            environment = {**os.environ, "PYTHONPATH": str(Path(package.__file__).parents[1])}
+            second.append(subprocess.run(
+                [sys.executable, "-m", "recs.cli", "gc", "--today", "2026-11-20", "--json"],
+                capture_output=True, text=True, env=environment, timeout=120,
+            ))  # fmt: skip
+        return probe(run_dir)
+
+    monkeypatch.setattr(retention, "in_progress", after_another_gc)
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert second[0].returncode == 0, second[0].stderr
+    assert json.loads(second[0].stdout)["removed"]["runs"] == ["2026-11-01/night_1"]
+    assert code == 0, err
+    assert json.loads(out)["removed"] == {
+        "published": [], "runs": [], "run_store": [], "snapshots": []
+    }  # fmt: skip
+    assert not (home / "runs" / "2026-11-01").exists()
+    assert not (home / "snapshots" / "2026-10-01").exists()  # B's; A reached them too
+
+
+def test_gc_leaves_a_run_folder_that_is_a_link(recs, tmp_path):
+    """(From a second review.) runs/2026-11-01/night_9 is an operator's link to a folder
+    elsewhere, both old: gc leaves the link and what it points at (on 8290ac8 it renamed the
+    link aside, rmtree refused it, gc exited 74, and the link stayed hidden for good)."""
+    home = tmp_path / "home"
+    elsewhere = tmp_path / "archive" / "night_9"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "manifest.json").write_text("{}")
+    age(elsewhere, dt.date(2026, 11, 1))
+    (home / "runs" / "2026-11-01").mkdir(parents=True)
+    link = home / "runs" / "2026-11-01" / "night_9"
+    link.symlink_to(elsewhere)
+    stamp = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC).timestamp()
+    os.utime(link, (stamp, stamp), follow_symlinks=False)  # the link old too
+    code, out, err = recs("gc", "--today", "2026-11-20", "--json")
+    assert code == 0, err
+    assert json.loads(out)["removed"]["runs"] == []
+    assert (home / "runs" / "2026-11-01" / "night_9").is_symlink()
+    assert (elsewhere / "manifest.json").is_file()
+
+
 def test_gc_judges_links_in_a_run_by_their_own_time(recs, tmp_path):
     """(A second review's.) An old run holding a dangling link is removed: gc read the time of
     what the link points at and stopped, exit 74, before the snapshots."""

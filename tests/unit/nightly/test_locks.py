@@ -203,3 +203,59 @@ def test_a_shard_the_run_lacks_is_refused_before_its_lock_file(
     with pytest.raises(ShardOutOfRangeError, match=rf"shard {shard_id} is out of range"):
         pipeline.traverse_shard(paths, shard_id)
     assert not list(paths.run_dir.glob(".locks/*"))
+
+
+def test_a_stage_starting_while_a_probe_holds_the_lock_waits_it_out(tmp_path):
+    """(From a second review.) ``in_progress`` (gc, summary) takes a run's lock for an instant;
+    a stage taking it in that instant was refused ("is in progress"). Here another process
+    holds it for 20 ms, well within the retries (5 x 10 ms), and the stage gets it; held for
+    good, the stage is still refused."""
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.run_dir.mkdir(parents=True)
+    hold = textwrap.dedent(
+        """
+        import fcntl, os, sys, time
+        fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+        """
+    )
+    for seconds, refused in ((0.02, False), (30, True)):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", hold, str(paths.run_dir / ".lock"), str(seconds)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            if refused:
+                with pytest.raises(RunInProgressError):
+                    with run_lock(paths):
+                        pass
+            else:
+                with run_lock(paths):
+                    assert holder.wait(5) == 0  # it had let go: the stage holds the lock now
+        finally:
+            holder.kill()
+            holder.wait()
+
+
+def test_asking_whether_a_run_is_in_progress_needs_no_write_access(tmp_path, monkeypatch):
+    """(From a second review.) A home mounted read-only (the API container's, in
+    docker-compose): ``in_progress`` opens the lock file read-only, so `recs summary` there
+    works (on 9d911c1 it failed: Read-only file system). A write open is refused here as such a
+    mount refuses it."""
+    import errno
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.run_dir.mkdir(parents=True)
+    (paths.run_dir / ".lock").touch()
+    opening = os.open
+
+    def read_only_mount(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return opening(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(locks.os, "open", read_only_mount)
+    assert locks.in_progress(paths.run_dir) is False

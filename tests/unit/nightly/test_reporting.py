@@ -96,3 +96,21 @@ def test_a_run_another_process_holds_says_so(tmp_path):
         holder.kill()
         holder.wait()
     assert run_summary(tmp_path, "2026-11-01", "r1")["totals"]["in_progress"] is False
+
+
+def test_a_lock_file_it_may_not_read_makes_in_progress_unknown(tmp_path, monkeypatch):
+    """The run's lock file cannot be opened (another user's, mode 600): the summary still
+    prints, and says it cannot tell whether the run is in progress."""
+    from recs.nightly import reporting
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.snapshot_dir.mkdir(parents=True)
+    paths.snapshot_manifest.write_text(json.dumps({"shard_count": 1, "row_counts": {}}))
+
+    def refused(run_dir):
+        raise PermissionError(13, "Permission denied", str(run_dir / ".lock"))
+
+    monkeypatch.setattr(reporting, "in_progress", refused)
+    summary = run_summary(tmp_path, "2026-11-01", "r1")
+    assert summary["totals"]["in_progress"] is None
+    assert total_lines(summary)["in progress"] == "unknown (its lock file cannot be read)"
