@@ -266,10 +266,12 @@ def _remedy(home: Path, day: dt.date) -> str:
     a past date with no snapshot retained here, perhaps ``--rebuild-snapshot`` (a newcomer ran
     the command the message named for a month-old date and was refused: the store had moved
     past it)."""
+    from recs.nightly import retained  # it builds on RunPaths: imported when needed
+
     cut_off = day + dt.timedelta(days=1)
     if wall_clock() < dt.datetime.combine(cut_off, dt.time()):
         return f", once the day is over ({cut_off.isoformat()} 00:00 UTC)"
-    if (home / "snapshots" / day.isoformat() / "manifest.json").is_file():
+    if retained.is_complete(retained.folder(home, day)):
         return " (it reuses the date's retained snapshot)"
     return (
         "; no snapshot of that date is retained here, so add --rebuild-snapshot if the live "
