@@ -7,10 +7,10 @@
     their high 16 bits, reduce modulo the shard count. Integer arithmetic only, never an engine's
     hash(), so it is identical in Python, Polars, NumPy and DuckDB. The low 32 bits of the
     product only depend on the low 32 bits of the id, so the id is reduced first and the product
-    (< 2**64) fits a UBIGINT: no HUGEINT arithmetic per row (the partition test runs it on every
-    follow edge). tests/dbt checks this macro against recs.sharding.shard_of on thousands of
-    ids, and the data test assert_snapshot_partitions_match_shard_id checks it every night
-    against the partitions freeze_snapshot wrote. Ids must be >= 0. Returns INTEGER.
+    (< 2**64) fits a UBIGINT: no HUGEINT arithmetic per row. tests/dbt checks this macro
+    against recs.sharding.shard_of on thousands of ids; every night, each shard task checks
+    that its eligible users (partitioned by this macro) and its snapshot partition's followers
+    (by recs.sharding) are its own (recs.traversal.inputs). Ids must be >= 0. Returns INTEGER.
 -#}
 {%- macro shard_id(column, shard_count=none) -%}
     {%- set shard_count = var('shard_count') if shard_count is none else shard_count -%}

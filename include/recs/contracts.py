@@ -40,6 +40,9 @@ SNAPSHOT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "dismissed_candidates": {"user_id": pl.Int64, "candidate_id": pl.Int64, "dismissed_at": TS},
     "user_interests": {"user_id": pl.Int64, "tag": pl.String},
 }
+# snapshot/in_degrees.parquet — one row per account with active followers, counted by
+# freeze_snapshot from the follow edges it wrote (recs.nightly.in_degrees); in_degree >= 1.
+IN_DEGREE_SCHEMA: dict[str, pl.DataType] = {"user_id": pl.Int64, "in_degree": pl.Int64}
 
 # --- exports/ (dbt build_models; read by the traversal) -------------------------------------
 EXPORT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {

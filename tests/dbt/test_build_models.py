@@ -1,7 +1,9 @@
 """``recs.nightly.models.build_models``: ``dbt build`` on a hand-built snapshot, exports exact.
 
 The snapshot (written with Polars in exactly ``SNAPSHOT_SCHEMAS``, follow edges under
-``follow_edges/shard_id=NNN/part-0.parquet`` by ``shard_of(follower_id, 4)``). Run: snapshot
+``follow_edges/shard_id=NNN/part-0.parquet`` by ``shard_of(follower_id, 4)``, in-degrees
+counted from them by ``recs.nightly.in_degrees.from_follow_edges``, so the hand-derived
+in-degrees below check it too). Run: snapshot
 date 2026-11-01, so as_of = 2026-11-02 00:00 UTC and, with the 30-day window, the eligibility
 cut-off is 2026-10-03 00:00. Settings: 4 shards, fixed hub threshold 3, popularity_per_tag 100.
 
@@ -55,6 +57,7 @@ import pytest
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, check_schema
 from recs.errors import ModelsBuildError, RecsError, RunNotFoundError
+from recs.nightly import in_degrees
 from recs.nightly.models import build_models, dbt_args, release_duckdb
 from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
@@ -116,6 +119,7 @@ def write_snapshot(paths: RunPaths, users=USERS, active_follows=ACTIVE_FOLLOWS) 
         frame = _frame(table, [(a, b, CREATED) for a, b in pairs])
         frame.write_parquet(snapshot / f"{table}.parquet")
     _frame("user_interests", INTERESTS).write_parquet(snapshot / "user_interests.parquet")
+    in_degrees.from_follow_edges(snapshot).write_parquet(snapshot / in_degrees.FILE)
 
 
 def settings_for(home: Path, hub_threshold: int = 3) -> Settings:
@@ -244,7 +248,7 @@ def test_summary_counts_rows_and_tests(built_run):
     assert summary["exports_dir"] == str(paths.exports_dir)
     # every data test of the project ran and passed (the unit tests run in CI: below)
     assert summary["tests_passed"] == data_test_count(paths) > 80 and summary["tests_warned"] == 0
-    assert summary["models_built"] == 18
+    assert summary["models_built"] == 19  # 7 staging, 2 intermediate, 5 marts, 5 exports
     # dbt's own files stay under the run; the DuckDB file is closed once build_models returns
     assert (paths.run_dir / "dbt" / "target" / "run_results.json").is_file()
     import duckdb
@@ -312,7 +316,7 @@ def test_unit_tests_pass_on_a_built_run(built_run):
     ran = {str(r.node.unique_id): str(r.status) for r in outcome.result.results}
     expected = {
         "int_exclusions_unioned.int_exclusions_unioned_every_reason",
-        "int_user_in_degrees_counted.int_user_in_degrees_counted_active_follows_only",
+        "int_user_in_degrees_counted.int_user_in_degrees_counted_every_account",
         "hub_accounts.hub_accounts_fixed_threshold",
         "hub_accounts.hub_accounts_threshold_scales_to_graph",
         "hub_accounts.hub_accounts_threshold_floor",
@@ -358,19 +362,21 @@ def test_failed_build_names_the_failed_nodes(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_edge_filed_under_another_shard_fails_the_build(tmp_path):
-    """The snapshot partition test, seen failing: one more follow of user 1 (1->6, otherwise
-    harmless: 6 is active and discoverable) filed under the shard after its own fails exactly
-    that test, so the build stops before any traversal reads the misfiled partition."""
-    paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, "misfiled")
+@pytest.mark.parametrize("damage", ["row lost", "emptied"])
+def test_in_degrees_that_do_not_sum_to_the_active_follows_fail_the_build(tmp_path, damage):
+    """The freeze's in-degrees checked against the edges, seen failing: without the hub 8's
+    row (4 of the 10 active follows) or with no row at all, the in-degrees no longer sum to the
+    active follows and exactly that test fails, before any export is read."""
+    paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, "shrunk")
     write_snapshot(paths)
-    wrong = (shard_of(1, SHARDS) + 1) % SHARDS
-    folder = paths.snapshot_dir / "follow_edges" / f"shard_id={wrong:03d}"
-    folder.mkdir(exist_ok=True)
-    _frame("follow_edges", [(1, 6, CREATED, "active")]).write_parquet(folder / "part-9.parquet")
+    file = paths.snapshot_dir / in_degrees.FILE
+    counted = pl.read_parquet(file)
+    assert counted.rows() == [(1, 1), (2, 3), (3, 2), (8, 4)]  # the docstring's, by hand
+    kept = counted.filter(pl.col("user_id") != 8) if damage == "row lost" else counted.clear()
+    kept.write_parquet(file)
     with pytest.raises(ModelsBuildError) as caught:
         build_models(paths, settings_for(tmp_path))
-    assert "1 failed: test.recs.assert_snapshot_partitions_match_shard_id (fail)" in str(
+    assert "1 failed: test.recs.assert_in_degrees_sum_to_active_follows (fail)" in str(
         caught.value
     )
 

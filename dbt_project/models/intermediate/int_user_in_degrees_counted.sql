@@ -1,13 +1,8 @@
 -- A table, not a view like the other intermediate models: hub_accounts, candidate_profiles and
--- this model's own three tests each read it, and as a view each recomputed the distinct count
--- over every follow edge (the largest aggregation of the build at 50 M edges). Measured with
--- `python bench/scale_run.py --reuse-store` (1 M users, 50 M edges): build_models 87.7 s, peak
--- RSS 6.0 GB as a table, against 250.3 s, 8.6 GB as a view (an earlier session's run of it).
--- count(*), not count(distinct follower_id): a (follower_id, followee_id) pair is one snapshot
--- row (the store's primary key; freeze_snapshot refuses a partition that repeats a pair,
--- recs.nightly.follow_pairs), and a
--- distinct count per followee over every edge was the build's most expensive aggregate (38.7 s
--- of node time at 50 M edges).
+-- this model's own tests each read it. The in-degrees themselves are counted by freeze_snapshot
+-- as it reads the follow edges (stg_in_degrees, recs.nightly.in_degrees): grouping every edge by
+-- followee here was the build's slowest node (26.9 s of a 50.6 s build at 5 M users and 250 M
+-- edges, bench/README.md); this joins a table the size of the users table instead.
 {{ config(materialized='table') }}
 
 with
@@ -18,20 +13,9 @@ users as (
 
 ),
 
-follow_edges as (
+counted as (
 
-    select * from {{ ref('stg_follow_edges') }}
-
-),
-
-active_followers as (
-
-    select
-        followee_id as user_id,
-        count(*) as in_degree
-    from follow_edges
-    where follow_status = 'active'
-    group by followee_id
+    select * from {{ ref('stg_in_degrees') }}
 
 ),
 
@@ -39,10 +23,10 @@ in_degrees as (
 
     select
         users.user_id,
-        coalesce(active_followers.in_degree, 0)::bigint as in_degree
+        coalesce(counted.in_degree, 0)::bigint as in_degree
     from users
-    left join active_followers
-        on users.user_id = active_followers.user_id
+    left join counted
+        on users.user_id = counted.user_id
 
 )
 

@@ -38,6 +38,7 @@ SNAPSHOT_FILES = (
     "mutes.parquet",
     "dismissed_candidates.parquet",
     "user_interests.parquet",
+    "in_degrees.parquet",  # counted by the freeze (recs.nightly.in_degrees)
 )
 # Exports written as hive-partitioned directories (shard_id=N/*.parquet); the rest are one file.
 PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")

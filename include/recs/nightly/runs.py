@@ -10,6 +10,7 @@ Layout of one run (``RunPaths``)::
             users.parquet  blocks.parquet  mutes.parquet  dismissed_candidates.parquet
             user_interests.parquet
             follow_edges/shard_id=NNN/part-0.parquet   (by shard of follower_id)
+            in_degrees.parquet          active followers per account, counted from the edges
             manifest.json
         warehouse.duckdb                build_models: the run's one DuckDB file (one writer)
         exports/                        build_models: Parquet exports read by the traversal

@@ -23,9 +23,10 @@ partition obeys ``follow_pairs`` (one row per pair): checked when frozen or re-p
 when reused if the retained manifest does not say it was checked (an earlier version's). Output
 (``paths.snapshot_dir``, contracts.SNAPSHOT_SCHEMAS): ``users.parquet  blocks.parquet
 mutes.parquet  dismissed_candidates.parquet  user_interests.parquet
-follow_edges/shard_id=NNN/part-0.parquet  manifest.json``. Rows are sorted by their key with fixed
-Parquet options, so the same store gives the same bytes. What a rebuilt snapshot cannot
-reproduce, and why: ``recs/nightly/README.md``.
+follow_edges/shard_id=NNN/part-0.parquet  in_degrees.parquet  manifest.json``; the in-degrees
+are counted from the follow edges as they are read (``in_degrees``). Rows are sorted by their
+key with fixed Parquet options, so the same store gives the same bytes. What a rebuilt snapshot
+cannot reproduce, and why: ``recs/nightly/README.md``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import polars as pl
 from recs.config import Settings
 from recs.errors import SnapshotNotRetainedError
 from recs.files import link_or_copy, staging_name, write_json
-from recs.nightly import follow_pairs, point_in_time, retained
+from recs.nightly import follow_pairs, in_degrees, point_in_time, retained
 from recs.nightly.locks import run_lock
 from recs.nightly.runs import RunPaths
 from recs.nightly.shard_plan import plan_for
@@ -74,9 +75,10 @@ def freeze_snapshot(
     ``source`` (``kind`` live_store / rebuilt, the retained folder, the run that froze it, so a
     rerun writes the same bytes), ``shard_count``, ``shard_plan``, ``store``, ``tables``,
     ``row_counts``, ``follow_edges_by_status``, ``follow_edges_naming_unknown_accounts`` (rows
-    and an example pair), ``follow_edges_shards``,
-    ``excluded_after_cut_off`` (rows per table left out) and ``settings`` (today's, with the
-    planned ``shard_count``: what every later stage computes with, ``pipeline.run_settings``).
+    and an example pair), ``follow_edges_shards``, ``in_degrees`` (``path``, ``rows``,
+    ``active_follows``), ``excluded_after_cut_off`` (rows per table left out) and
+    ``settings`` (today's, with the planned ``shard_count``: what every later stage computes
+    with, ``pipeline.run_settings``).
 
     Returns ``snapshot_dir``, ``manifest``, ``row_counts``, ``shard_count``, ``source``
     (``retained`` when this run reused the date's snapshot), ``standby`` (what
@@ -118,7 +120,7 @@ def freeze_snapshot(
                         settings,
                         max_map_length,
                     )
-                    shards = _materialize(paths, frozen, document, plan.shard_count)
+                    shards, degrees = _materialize(paths, frozen, document, plan.shard_count)
                     break
             log.warning(
                 "the retained snapshot %s was removed (recs gc) before this run could read it "
@@ -156,6 +158,7 @@ def freeze_snapshot(
                 "follow_edges_naming_unknown_accounts"
             ),
             "follow_edges_shards": shards,
+            "in_degrees": degrees,
             "excluded_after_cut_off": document["excluded_after_cut_off"],
             "settings": run_settings.model_dump(mode="json"),
         }
@@ -184,10 +187,12 @@ def freeze_snapshot(
 
 def _materialize(
     paths: RunPaths, frozen: Path, document: dict[str, Any], shard_count: int
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The run's ``snapshot/`` from the retained one: hard links, follow edges re-partitioned
-    if the plan differs; staged in a sibling unique to this attempt, swapped in at the end
-    (the manifest is written afterwards by the caller, so a half-made folder has none)."""
+    if the plan differs, the in-degrees counted from them if the retained snapshot has none
+    (an earlier version's); staged in a sibling unique to this attempt, swapped in at the end
+    (the manifest is written afterwards by the caller, so a half-made folder has none).
+    Returns the follow-edge shards' and the in-degrees' manifest entries."""
     final = paths.snapshot_dir
     final.parent.mkdir(parents=True, exist_ok=True)
     for leftover in final.parent.glob(f".{final.name}.*.partial"):
@@ -222,6 +227,11 @@ def _materialize(
             with retained.spill_folder(final) as spill:  # beside final: a leftover is found
                 parts, _ = retained.partition_by_shard(chunks, shard_count, spill, origin)
                 shards = retained.write_follow_edges(parts, shard_count, staging, origin)
+        degrees = document.get("in_degrees")
+        if degrees is None:  # retained by an earlier version
+            degrees = retained.write_in_degrees(in_degrees.from_follow_edges(staging), staging)
+        else:
+            link_or_copy(frozen / degrees["path"], staging / degrees["path"])
         old = final.with_name(staging_name(final.name, ".old"))
         if final.exists():
             os.rename(final, old)
@@ -230,4 +240,4 @@ def _materialize(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return shards
+    return shards, degrees

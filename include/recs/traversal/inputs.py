@@ -80,6 +80,25 @@ def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
     return user_ids
 
 
+def _refuse_misfiled(followers: np.ndarray, root: Path, shard_id: int, settings) -> None:
+    """Raise ``ShardMismatchError`` if a follow edge of the partition ``root/shard_id=NNN`` has
+    a follower of another shard (``recs.sharding``): that follower's task would never see it.
+    One vectorised hash per edge of this shard, in this shard's task (the night's dbt build
+    did it for every edge at once: 10.0 s of it at 5 M users, ``bench/README.md``)."""
+    if not len(followers):
+        return
+    shards = shard_array(followers, settings.shard_count)
+    wrong = np.flatnonzero(shards != shard_id)
+    if len(wrong):
+        first = int(wrong[0])
+        raise ShardMismatchError(
+            f"{len(wrong)} follow edges under {root}/shard_id={shard_id:03d} have a follower of "
+            f"another shard (e.g. follower {int(followers[first])}, of shard {int(shards[first])} "
+            f"of {settings.shard_count}): the partition is not as freeze_snapshot wrote it; "
+            "freeze the snapshot again (--rebuild-snapshot for a past date)"
+        )
+
+
 class ShardInputs(NamedTuple):
     """The per-user inputs of one shard, as CSR arrays indexed by user position.
 
@@ -357,6 +376,7 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
         SNAPSHOT_SCHEMAS["follow_edges"],
     )
     followers = edges["follower_id"].to_numpy().astype(np.int64, copy=False)
+    _refuse_misfiled(followers, Path(paths.snapshot_dir) / "follow_edges", shard_id, settings)
     followees = edges["followee_id"].to_numpy().astype(np.int64, copy=False)
     active = (edges["status"] == "active").fill_null(False).to_numpy()
     created_at = (

@@ -28,7 +28,7 @@ from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
 from recs.errors import LiveStoreError
 from recs.files import read_json
-from recs.nightly import follow_pairs, point_in_time, retained
+from recs.nightly import follow_pairs, in_degrees, point_in_time, retained
 from recs.nightly.runs import RunPaths
 from recs.nightly.snapshot import freeze_snapshot
 from recs.sharding import shard_of
@@ -712,6 +712,43 @@ def test_a_retained_snapshot_that_repeats_a_pair_is_refused_with_the_rebuild_rem
     as_an_earlier_version_froze_it(sqlite_settings, repeat=False)
     freeze_snapshot(paths, settings)
     assert read_edges(paths).height == len(FOLLOWS) + len(PENDING)
+
+
+IN_DEGREES = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (6, 1)]
+"""The hand-built store's in-degrees: 1 is followed by 3 and 6, 2 by 1, 3 by 1 and 2, 4 by 2
+(1's request to 4 is pending: no follower), 5 by 4, 6 by 5; 8 active follows in all."""
+
+
+def test_in_degrees_are_counted_as_the_edges_are_read(settings, paths):
+    """The freeze writes the in-degrees it counted beside the edges, in the retained snapshot
+    and the run's, with their entry in both manifests (dbt reads them: stg_in_degrees)."""
+    freeze_snapshot(paths, settings)
+    target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
+    for folder in (paths.snapshot_dir, target):
+        assert pl.read_parquet(folder / in_degrees.FILE).rows() == IN_DEGREES
+    entry = {"path": in_degrees.FILE, "rows": 6, "active_follows": 8}
+    assert read_json(paths.snapshot_manifest)["in_degrees"] == entry
+    assert read_json(target / retained.MANIFEST)["in_degrees"] == entry
+
+
+@pytest.mark.parametrize("shard_count", [4, 8], ids=["reused", "re-partitioned"])
+def test_a_retained_snapshot_without_in_degrees_gets_them_counted_from_its_edges(
+    sqlite_settings, shard_count
+):
+    """A snapshot retained by a version before ``in_degrees`` has no in_degrees.parquet and no
+    manifest entry: a run reusing it (as is, or re-partitioned into 8 shards) counts them from
+    the edges, the same rows the freeze counts; the retained folder is left as it was."""
+    target = as_an_earlier_version_froze_it(sqlite_settings, repeat=False)
+    document = read_json(target / retained.MANIFEST)
+    del document["in_degrees"]
+    (target / retained.MANIFEST).write_text(json.dumps(document))
+    (target / in_degrees.FILE).unlink()
+    settings = sqlite_settings.model_copy(update={"shard_count": shard_count})
+    paths = RunPaths.create(settings.home, SNAPSHOT_DATE, "second")
+    assert freeze_snapshot(paths, settings)["source"] == "retained"
+    assert pl.read_parquet(paths.snapshot_dir / in_degrees.FILE).rows() == IN_DEGREES
+    assert read_json(paths.snapshot_manifest)["in_degrees"]["active_follows"] == 8
+    assert not (target / in_degrees.FILE).exists()
 
 
 def test_timing_is_not_in_the_manifest(settings, paths):

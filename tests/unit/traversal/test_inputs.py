@@ -25,6 +25,35 @@ def test_user_in_the_wrong_shard_folder_is_an_error(tmp_path):
         traverse_shard(paths, settings, 0)
 
 
+def test_a_follow_filed_under_another_shard_is_an_error(tmp_path):
+    """A follow of user 1 (shard 1 of 2) filed under the snapshot partition of shard 0 (user
+    2's), as a
+    second file: shard 0's task refuses its partition, naming how many rows, an example
+    follower and its shard, before traversing (shard 1's task would never see that follow).
+    What dbt's assert_snapshot_partitions_match_shard_id checked over every edge of the
+    night in one process; here each shard task checks its own partition."""
+    from recs.contracts import SNAPSHOT_SCHEMAS
+    from recs.sharding import shard_of
+
+    settings = settings_for(tmp_path, shard_count=2)
+    assert (shard_of(1, 2), shard_of(2, 2)) == (1, 0)
+    paths = write_run(Fixture(users=users_with([1, 2]), edges=[(2, 1, "active")]), settings)
+    build_graph(paths, settings)
+    traverse_shard(paths, settings, 0)  # as written: every follower of shard 0's files is 2
+    wrong = pl.DataFrame(
+        [(1, 2, None, "active")], schema=SNAPSHOT_SCHEMAS["follow_edges"], orient="row"
+    )
+    wrong.write_parquet(paths.snapshot_dir / "follow_edges" / "shard_id=000" / "part-9.parquet")
+    with pytest.raises(ShardMismatchError) as caught:
+        traverse_shard(paths, settings, 0)
+    assert str(caught.value) == (
+        f"1 follow edges under {paths.snapshot_dir / 'follow_edges'}/shard_id=000 have a "
+        "follower of another shard (e.g. follower 1, of shard 1 of 2): the partition is not "
+        "as freeze_snapshot wrote it; freeze the snapshot again (--rebuild-snapshot for a "
+        "past date)"
+    )
+
+
 def test_first_hop_rows_order_by_key_then_id_and_drop_duplicates():
     """_capped_rows (the first-hop sampler) on hand-made keys. Row 0: (key, value) pairs
     (5, 7), (3, 9), (5, 2), (3, 9) [a duplicate], (1, 4) -> by (key, value): (1, 4), (3, 9),
