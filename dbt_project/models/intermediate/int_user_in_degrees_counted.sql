@@ -1,6 +1,6 @@
 -- A table, not a view like the other intermediate models: hub_accounts, candidate_profiles and
 -- this model's own tests each read it. The in-degrees themselves are counted by freeze_snapshot
--- as it reads the follow edges (stg_in_degrees, recs.nightly.in_degrees): grouping every edge by
+-- as it writes the follow edges (stg_in_degrees, recs.nightly.in_degrees): grouping every edge by
 -- followee here was the build's slowest node (26.9 s of a 50.6 s build at 5 M users and 250 M
 -- edges, bench/README.md); this joins a table the size of the users table instead.
 {{ config(materialized='table') }}

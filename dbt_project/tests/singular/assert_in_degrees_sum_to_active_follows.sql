@@ -1,5 +1,5 @@
 {#-
-    freeze_snapshot counts the in-degrees as it reads the follow edges (recs.nightly.in_degrees);
+    freeze_snapshot counts the in-degrees as it writes the follow edges (recs.nightly.in_degrees);
     every active follow (self-follows left out, as in stg_follow_edges) is one follower of one
     account, so the in-degrees sum to the active follows. Catches an in_degrees.parquet that is
     empty, shrunken or from another snapshot, with one count over the edges instead of a group

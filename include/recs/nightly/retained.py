@@ -3,10 +3,10 @@
 ``freeze`` reads every table in one read transaction (``recs.store.readers.open_reader``), from
 the primary or a hot standby (``recs.store.standby.snapshot_source``), keeps the rows that
 existed by the cut-off (``point_in_time``: ``last_active_at`` clamped to it, rows that name an
-account created later dropped with it), partitions follow edges by the shard plan
-chunk by chunk as they are read (counting the in-degrees as they pass, ``in_degrees``), sorts
-and writes each shard in a thread pool, and renames the
-folder into place under a per-date lock: a second run of the same date waits, then reuses it.
+account created later dropped with it), partitions follow edges by the shard plan chunk by
+chunk as they are read, sorts and writes each shard in a thread pool (counting the in-degrees,
+``in_degrees``), and renames the folder into place under a per-date lock: a second run of the
+same date waits, then reuses it.
 A retained snapshot's ``manifest.json`` holds no timings, so the same store gives the same
 bytes. ``recs gc`` removes snapshots older than ``snapshot_retention_days`` (``snapshot_removal``).
 """
@@ -191,7 +191,8 @@ def freeze(
                             max_map_length,
                         )
                         write_table("users", kept)
-                        parts, by_status, unknown, counted = read_follow_edges(
+                        counted = in_degrees.InDegrees.for_accounts(kept.get_column("user_id"))
+                        parts, by_status, unknown = read_follow_edges(
                             reader, kept.get_column("user_id"), plan.shard_count, spill,
                             lambda chunk, left_out: point_in_time.as_of(
                                 chunk, "follow_edges", cut_off, dropped, left_out
@@ -214,7 +215,7 @@ def freeze(
                             f"retried): {one_line(error, url, limit=300)}"
                         ) from error
                 shards = write_follow_edges(
-                    parts, plan.shard_count, staging, follow_pairs.LIVE_STORE
+                    parts, plan.shard_count, staging, follow_pairs.LIVE_STORE, counted
                 )
                 degrees = write_in_degrees(counted.frame(), staging)
                 tables["follow_edges"] = {
@@ -312,39 +313,33 @@ def read_follow_edges(
     spill_dir: Path,
     as_of: Callable[[pl.DataFrame, dict[str, int]], pl.DataFrame],
     excluded: dict[str, int],
-) -> tuple[
-    dict[int, list[Path]], dict[str, int], follow_pairs.UnknownAccounts, in_degrees.InDegrees
-]:
+) -> tuple[dict[int, list[Path]], dict[str, int], follow_pairs.UnknownAccounts]:
     """The store's follow edges, partitioned by shard as they are read (``partition_by_shard``):
     each part the reader offers (``iter_ranges`` of ``follower_id``: one per connection, all in
     one snapshot) is read, refused if an id is NULL, filtered by ``as_of(chunk, left_out)``,
-    tallied (``UnknownAccounts`` of ``user_ids``, ``InDegrees``) and spilled on a thread of its
-    own (the
+    tallied (``UnknownAccounts`` of ``user_ids``) and spilled on a thread of its own (the
     driver, Arrow's casts and the spill release the GIL: 50 M edges read in about half the
     time on 2 connections, ``bench/README.md``). A range that fails (or an interrupt of the
     caller) stops the others at their next chunk; once all have stopped, the error of the
-    lowest-numbered failed range is raised. Returns each shard's spill
-    files in key order (range by range), rows per status, the unknown accounts and the
-    in-degrees; adds the rows ``as_of`` left out to ``excluded["follow_edges"]``."""
+    lowest-numbered failed range is raised. Returns each shard's spill files in key order
+    (range by range), rows per status and the unknown accounts; adds the rows ``as_of`` left
+    out to ``excluded["follow_edges"]``."""
     live = follow_pairs.LIVE_STORE
     stop = threading.Event()
     ranges = reader.iter_ranges("follow_edges", "follower_id")
 
     def partition(number: int, frames: Iterator[pl.DataFrame]):
         unknown = follow_pairs.UnknownAccounts(user_ids)
-        counted = in_degrees.InDegrees()
         left_out: dict[str, int] = {}
 
         def chunks() -> Iterator[pl.DataFrame]:
             for chunk in frames:
                 if stop.is_set():
                     return  # another range failed: this one's rows are not needed
-                kept = as_of(follow_pairs.refuse_nulls(chunk, live), left_out)
-                yield counted.tally(unknown.tally(kept))
+                yield unknown.tally(as_of(follow_pairs.refuse_nulls(chunk, live), left_out))
 
         spill = spill_dir / f"range-{number:02d}"
-        parts, by_status = partition_by_shard(chunks(), shard_count, spill, live)
-        return parts, by_status, unknown, left_out, counted
+        return (*partition_by_shard(chunks(), shard_count, spill, live), unknown, left_out)
 
     with ThreadPoolExecutor(len(ranges), thread_name_prefix="recs-snap-read") as pool:
         futures = [pool.submit(partition, number, frames) for number, frames in enumerate(ranges)]
@@ -364,11 +359,10 @@ def read_follow_edges(
     excluded["follow_edges"] = excluded.get("follow_edges", 0) + sum(
         result[3].get("follow_edges", 0) for result in results
     )
-    unknown, counted = results[0][2], results[0][4]
+    unknown = results[0][2]
     for result in results[1:]:
         unknown.add(result[2])
-        counted.add(result[4])
-    return parts, dict(sorted(by_status.items())), unknown, counted
+    return parts, dict(sorted(by_status.items())), unknown
 
 
 def partition_by_shard(
@@ -413,12 +407,14 @@ def write_follow_edges(
     shard_count: int,
     target: Path,
     origin: follow_pairs.Origin,
+    counted: in_degrees.InDegrees | None = None,
 ) -> list[dict[str, Any]]:
     """Write every shard ``0 .. shard_count-1`` (empty ones too) from its spilled streams
     (``partition_by_shard``; one per range of the read, in key order), each in key order and
     checked by ``follow_pairs.checked`` (a ``LiveStoreError`` naming ``origin`` if a pair
-    repeats or an id is NULL), in a thread pool (sorting, encoding and compression release the
-    GIL; memory: ``WRITE_THREADS`` shards at a time)."""
+    repeats or an id is NULL), its follows added to ``counted`` if given, in a thread pool
+    (sorting, encoding and compression release the GIL; memory: ``WRITE_THREADS`` shards at a
+    time)."""
     contract = SNAPSHOT_SCHEMAS["follow_edges"]
 
     def write(shard_id: int) -> dict[str, Any]:
@@ -426,6 +422,8 @@ def write_follow_edges(
         part = pl.concat(pieces or [pl.DataFrame(schema=contract)])
         del pieces
         part = follow_pairs.checked(part, shard_id, origin)
+        if counted is not None:
+            counted.count(part)
         relative = shard_path(shard_id)
         write_parquet(part, contract, target / relative)
         return {"shard_id": shard_id, "path": relative, "rows": part.height}

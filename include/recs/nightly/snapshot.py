@@ -24,7 +24,7 @@ when reused if the retained manifest does not say it was checked (an earlier ver
 (``paths.snapshot_dir``, contracts.SNAPSHOT_SCHEMAS): ``users.parquet  blocks.parquet
 mutes.parquet  dismissed_candidates.parquet  user_interests.parquet
 follow_edges/shard_id=NNN/part-0.parquet  in_degrees.parquet  manifest.json``; the in-degrees
-are counted from the follow edges as they are read (``in_degrees``). Rows are sorted by their
+are counted from the follow edges as they are written (``in_degrees``). Rows are sorted by their
 key with fixed Parquet options, so the same store gives the same bytes. What a rebuilt snapshot
 cannot reproduce, and why: ``recs/nightly/README.md``.
 """

@@ -719,7 +719,7 @@ IN_DEGREES = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (6, 1)]
 (1's request to 4 is pending: no follower), 5 by 4, 6 by 5; 8 active follows in all."""
 
 
-def test_in_degrees_are_counted_as_the_edges_are_read(settings, paths):
+def test_in_degrees_are_counted_as_the_edges_are_written(settings, paths):
     """The freeze writes the in-degrees it counted beside the edges, in the retained snapshot
     and the run's, with their entry in both manifests (dbt reads them: stg_in_degrees)."""
     freeze_snapshot(paths, settings)
@@ -776,7 +776,7 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     seen: list[dict[int, list[int]]] = []
     real = retained.write_follow_edges
 
-    def watching(parts, shard_count, staging, origin):
+    def watching(parts, shard_count, staging, origin, counted):
         batches = {}
         for shard_id, files in parts.items():
             assert all(path.is_file() and path.suffix == ".arrows" for path in files)
@@ -785,7 +785,7 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
                 len(list(pa.ipc.open_stream(path.read_bytes()))) for path in files
             ]
         seen.append(batches)
-        return real(parts, shard_count, staging, origin)
+        return real(parts, shard_count, staging, origin, counted)
 
     monkeypatch.setattr(retained, "write_follow_edges", watching)
     freeze_snapshot(paths, settings, rebuild=True)
@@ -796,7 +796,7 @@ def test_follow_edges_are_spilled_chunk_by_chunk_and_the_spill_is_removed(
     assert edges.height == len(FOLLOWS) + len(PENDING)
     assert not list(target.parent.glob(".*.spill"))
 
-    def broken(parts, shard_count, staging, origin):
+    def broken(parts, shard_count, staging, origin, counted):
         raise OSError("disk full")
 
     monkeypatch.setattr(retained, "write_follow_edges", broken)
