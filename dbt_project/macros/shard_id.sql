@@ -10,7 +10,8 @@
     (< 2**64) fits a UBIGINT: no HUGEINT arithmetic per row. tests/dbt checks this macro
     against recs.sharding.shard_of on thousands of ids; every night, each shard task checks
     that its eligible users (partitioned by this macro) and its snapshot partition's followers
-    (by recs.sharding) are its own (recs.traversal.inputs). Ids must be >= 0. Returns INTEGER.
+    (by recs.sharding) are its own (recs.traversal.inputs; cap_graph checks the followers of
+    every file it caps: recs.sharding.misfiled). Ids must be >= 0. Returns INTEGER.
 -#}
 {%- macro shard_id(column, shard_count=none) -%}
     {%- set shard_count = var('shard_count') if shard_count is none else shard_count -%}

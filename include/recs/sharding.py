@@ -58,6 +58,28 @@ def shard_array(user_ids, shard_count: int):
     return ((hashed >> np.uint64(16)) % np.uint64(shard_count)).astype(np.int32)
 
 
+def misfiled(followers, shard_id: int, shard_count: int) -> str | None:
+    """None if every id of ``followers`` (a NumPy integer array: a snapshot partition's
+    ``follower_id``) is of shard ``shard_id``; otherwise how many are not, with the first,
+    ending "the partition is not as freeze_snapshot wrote it" and the remedy (for the caller's
+    error, after the partition's name). Its shard's task would never see such a follow."""
+    import numpy as np
+
+    if not len(followers):
+        return None
+    shards = shard_array(followers, shard_count)
+    wrong = np.flatnonzero(shards != shard_id)
+    if not len(wrong):
+        return None
+    first = int(wrong[0])
+    return (
+        f"{len(wrong)} follow edges have a follower of another shard (e.g. follower "
+        f"{int(followers[first])}, of shard {int(shards[first])} of {shard_count}): the "
+        "partition is not as freeze_snapshot wrote it; freeze the snapshot again "
+        "(--rebuild-snapshot for a past date)"
+    )
+
+
 def shard_sql(column: str, shard_count: int | str) -> str:
     """The same function as a DuckDB SQL expression. The low 32 bits of the product depend only
     on the id's low 32 bits, so the id is reduced first and the product (< 2**64) fits a

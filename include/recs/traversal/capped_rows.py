@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from recs.arrays import sorted_unique
+from recs.errors import CorruptFileError
 from recs.files import atomic_path, read_parquet
 from recs.sampling import rank_within_groups, sample_keys
-from recs.sharding import partition_files
+from recs.sharding import misfiled, partition_files
 from recs.traversal.hop_order import (
     grouped_order,
     ordered_keys,
@@ -111,12 +112,19 @@ class EdgeCounts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def _active_partition(path: Path, index: DenseIndex, counts: EdgeCounts | None):
+def _active_partition(
+    path: Path, index: DenseIndex, counts: EdgeCounts | None, home: tuple[int, int] | None = None
+):
     """One partition's active follows of known accounts, no self-follows: ``(followers,
-    followees)`` original int64, ``(src, dst)`` dense, ``created_at`` int64 µs."""
+    followees)`` original int64, ``(src, dst)`` dense, ``created_at`` int64 µs. With ``home``
+    (``(shard_id, shard_count)``): ``CorruptFileError`` if a row's follower is of another
+    shard (``recs.sharding.misfiled``)."""
     import polars as pl
 
     frame = read_parquet(path, ["follower_id", "followee_id", "created_at", "status"])
+    wrong = home and misfiled(frame["follower_id"].to_numpy(), *home)
+    if wrong:
+        raise CorruptFileError(f"{path}: {wrong}")
     active = frame.filter(pl.col("status") == "active")
     followers = active["follower_id"].to_numpy().astype(np.int64, copy=False)
     followees = active["followee_id"].to_numpy().astype(np.int64, copy=False)
@@ -136,16 +144,16 @@ def _active_partition(path: Path, index: DenseIndex, counts: EdgeCounts | None):
 
 def _capped_partition(
     path: Path, index: DenseIndex, hop2_cap: int, seed: int, counts: EdgeCounts,
-    row_order: RowOrder | None = None,
+    row_order: RowOrder | None = None, home: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One partition's capped edges: ``(follower dense int32, followee dense int32, full
     out-degree int64[n_nodes])``, the last counting every distinct active follow.
 
     Sorted by follower, then ``row_order`` (default ``sample``); at most ``hop2_cap`` per
-    follower.
+    follower. ``home``: ``_active_partition``'s check.
     """
     row_order = row_order or RowOrder()
-    followers, followees, src, dst, created = _active_partition(path, index, counts)
+    followers, followees, src, dst, created = _active_partition(path, index, counts, home)
     keys = row_order.keys(followers, followees, src, dst, created, seed)
     del followers, followees, created
     if row_order.order == "sample":
@@ -166,22 +174,28 @@ def _capped_partition(
 
 
 def capped_in_order(
-    files: list[Path], index: DenseIndex, hop2_cap: int, seed: int, row_order: RowOrder
+    files: list[tuple[int, Path]], index: DenseIndex, hop2_cap: int, seed: int,
+    row_order: RowOrder, shard_count: int,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, EdgeCounts]]:
-    """``_capped_partition`` of each of ``files``, in their order, with its own counts;
+    """``_capped_partition`` of each of ``files`` (``(shard_id, path)``: every follower of the
+    file must be of that shard of ``shard_count``), in their order, with its own counts;
     ``GRAPH_THREADS`` of them computed or held at once, counting the one the caller holds
     (memory: that many partitions). An error is raised at its file; the
     ones not started by then are cancelled."""
 
-    def one(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, EdgeCounts]:
+    def one(shard_id: int, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, EdgeCounts]:
         counts = EdgeCounts()
-        return (*_capped_partition(path, index, hop2_cap, seed, counts, row_order), counts)
+        home = (shard_id, shard_count)
+        return (
+            *_capped_partition(path, index, hop2_cap, seed, counts, row_order, home=home),
+            counts,
+        )
 
     with ThreadPoolExecutor(GRAPH_THREADS, thread_name_prefix="recs-graph") as pool:
         pending: deque[Future] = deque()
         try:
-            for path in files:
-                pending.append(pool.submit(one, path))
+            for shard_id, path in files:
+                pending.append(pool.submit(one, shard_id, path))
                 if len(pending) == GRAPH_THREADS:
                     yield pending.popleft().result()
             while pending:

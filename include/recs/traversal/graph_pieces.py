@@ -249,9 +249,10 @@ def cap_pieces(
     ``GRAPH_THREADS`` files at once, in the given order; each piece's ``piece.json`` is removed
     first and written once its arrays are. Returns ``[{"shard_id", "capped_edges", **counts}]``.
     Raises ``RunNotFoundError`` (no plan, no users file or profiles export, a partition's file
-    gone), ``CorruptFileError`` (a file Polars cannot read, or a partition holding other rows
-    than the manifest's), ``StalePieceError`` (a stale plan, or a partition the plan does not
-    list) and ``ValueError`` (a partition named twice).
+    gone), ``CorruptFileError`` (a file Polars cannot read, a partition holding other rows
+    than the manifest's, or a follower of another shard: ``recs.sharding.misfiled``),
+    ``StalePieceError`` (a stale plan, or a partition the plan does not list) and
+    ``ValueError`` (a partition named twice).
     """
     context = context or graph_context(paths, settings)
     if len(set(shard_ids)) != len(shard_ids):
@@ -272,8 +273,8 @@ def cap_pieces(
         for leftover in folder.iterdir():  # an earlier attempt's arrays, maybe more files
             leftover.unlink()
     capped = capped_in_order(
-        [path for _, path in files], context.index, int(settings.hop2_cap),
-        settings.sample_seed, context.row_order,
+        files, context.index, int(settings.hop2_cap), settings.sample_seed, context.row_order,
+        settings.shard_count,
     )
     results = []
     with closing(capped):  # an error here stops the files still being capped

@@ -25,7 +25,7 @@ from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS
 from recs.errors import RecsError
 from recs.files import read_parquet
 from recs.sampling import sample_key, seed_mixer
-from recs.sharding import partition_files, shard_array
+from recs.sharding import misfiled, partition_files, shard_array
 from recs.traversal.hop_order import (
     ordered_keys,
     popularity_priority,
@@ -78,25 +78,6 @@ def eligible_user_ids(paths, shard_id: int, shard_count: int) -> np.ndarray:
             f"(e.g. user {int(wrong[0])}): the export and recs.sharding disagree"
         )
     return user_ids
-
-
-def _refuse_misfiled(followers: np.ndarray, root: Path, shard_id: int, settings) -> None:
-    """Raise ``ShardMismatchError`` if a follow edge of the partition ``root/shard_id=NNN`` has
-    a follower of another shard (``recs.sharding``): that follower's task would never see it.
-    One vectorised hash per edge of this shard, in this shard's task (the night's dbt build
-    did it for every edge at once: 10.0 s of it at 5 M users, ``bench/README.md``)."""
-    if not len(followers):
-        return
-    shards = shard_array(followers, settings.shard_count)
-    wrong = np.flatnonzero(shards != shard_id)
-    if len(wrong):
-        first = int(wrong[0])
-        raise ShardMismatchError(
-            f"{len(wrong)} follow edges under {root}/shard_id={shard_id:03d} have a follower of "
-            f"another shard (e.g. follower {int(followers[first])}, of shard {int(shards[first])} "
-            f"of {settings.shard_count}): the partition is not as freeze_snapshot wrote it; "
-            "freeze the snapshot again (--rebuild-snapshot for a past date)"
-        )
 
 
 class ShardInputs(NamedTuple):
@@ -376,7 +357,10 @@ def shard_inputs(paths, settings, shard_id: int, graph) -> ShardInputs:
         SNAPSHOT_SCHEMAS["follow_edges"],
     )
     followers = edges["follower_id"].to_numpy().astype(np.int64, copy=False)
-    _refuse_misfiled(followers, Path(paths.snapshot_dir) / "follow_edges", shard_id, settings)
+    wrong = misfiled(followers, shard_id, settings.shard_count)  # a stray file, say
+    if wrong:
+        root = Path(paths.snapshot_dir) / "follow_edges"
+        raise ShardMismatchError(f"{root}/shard_id={shard_id:03d}: {wrong}")
     followees = edges["followee_id"].to_numpy().astype(np.int64, copy=False)
     active = (edges["status"] == "active").fill_null(False).to_numpy()
     created_at = (

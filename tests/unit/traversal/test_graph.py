@@ -152,15 +152,19 @@ def test_rebuild_writes_identical_bytes(tmp_path):
 
 
 def test_follower_split_across_partitions_is_capped_once(tmp_path):
-    """Not the snapshot's layout, but harmless: user 1's follows split over two partitions
-    (2, 3 in one; 4, 5 and a duplicate 1->3 in another) still give row 1 = [3, 4, 5]."""
+    """Not the snapshot's layout, but harmless: user 1's follows split over two files of its
+    partition (2, 3 in one; 4, 5 and a duplicate 1->3 in another) still give row 1 = [3, 4,
+    5]."""
+    from recs.sharding import shard_of
+
     paths, settings = tiny_graph(tmp_path)
     extra = pl.DataFrame(
         {"follower_id": [1, 1, 1], "followee_id": [4, 5, 3], "created_at": [None] * 3,
          "status": ["active"] * 3},
         schema=SNAPSHOT_SCHEMAS["follow_edges"],
     )
-    part = paths.snapshot_dir / "follow_edges" / "shard_id=000" / "part-1.parquet"
+    home = shard_of(1, settings.shard_count)
+    part = paths.snapshot_dir / "follow_edges" / f"shard_id={home:03d}" / "part-1.parquet"
     extra.write_parquet(part)
     build_graph(paths, settings)
     graph = load_graph(paths.graph_dir)
@@ -384,6 +388,29 @@ def test_a_partition_failing_on_its_thread_stops_the_build(tmp_path, monkeypatch
     assert not (paths.graph_dir / "meta.json").exists()
     assert not [p for p in paths.run_dir.iterdir() if p.name.startswith(".")]
     assert not [t for t in threading.enumerate() if t.name.startswith("recs-graph")]
+
+
+def test_a_follow_filed_under_another_shard_stops_the_graph_build(tmp_path):
+    """Partition 2's file with one of partition 3's rows appended (its follower hashes to 3):
+    capping it raises, naming the file, the rows, the follower and its shard, so the night
+    stops before any shard task (each would read only its own partition)."""
+    from recs.sharding import shard_of
+
+    paths, settings, edges = many_partitions(tmp_path)
+    part = paths.snapshot_dir / "follow_edges" / "shard_id=002" / "part-0.parquet"
+    stray = next(edge for edge in edges if shard_of(edge[0], 6) == 3)
+    extra = pl.DataFrame(
+        [(stray[0], stray[1], None, stray[2])], schema=SNAPSHOT_SCHEMAS["follow_edges"],
+        orient="row",
+    )
+    pl.concat([pl.read_parquet(part), extra]).write_parquet(part)
+    with pytest.raises(CorruptFileError) as caught:
+        build_graph(paths, settings)
+    assert str(caught.value) == (
+        f"{part}: 1 follow edges have a follower of another shard (e.g. follower {stray[0]}, of "
+        "shard 3 of 6): the partition is not as freeze_snapshot wrote it; freeze the snapshot "
+        "again (--rebuild-snapshot for a past date)"
+    )
 
 
 @pytest.mark.parametrize("hop2_order", ["sample", "popularity", "reciprocity"])

@@ -27,11 +27,11 @@ def test_user_in_the_wrong_shard_folder_is_an_error(tmp_path):
 
 def test_a_follow_filed_under_another_shard_is_an_error(tmp_path):
     """A follow of user 1 (shard 1 of 2) filed under the snapshot partition of shard 0 (user
-    2's), as a
-    second file: shard 0's task refuses its partition, naming how many rows, an example
-    follower and its shard, before traversing (shard 1's task would never see that follow).
-    What dbt's assert_snapshot_partitions_match_shard_id checked over every edge of the
-    night in one process; here each shard task checks its own partition."""
+    2's) as a second file, after the graph was built: shard 0's task refuses its partition,
+    naming how many rows, an example follower and its shard, before traversing (shard 1's task
+    would never see that follow). What dbt's assert_snapshot_partitions_match_shard_id checked
+    over every edge of the night in one process; here each shard task checks its own
+    partition (and cap_graph the files it caps: test_graph)."""
     from recs.contracts import SNAPSHOT_SCHEMAS
     from recs.sharding import shard_of
 
@@ -47,10 +47,10 @@ def test_a_follow_filed_under_another_shard_is_an_error(tmp_path):
     with pytest.raises(ShardMismatchError) as caught:
         traverse_shard(paths, settings, 0)
     assert str(caught.value) == (
-        f"1 follow edges under {paths.snapshot_dir / 'follow_edges'}/shard_id=000 have a "
-        "follower of another shard (e.g. follower 1, of shard 1 of 2): the partition is not "
-        "as freeze_snapshot wrote it; freeze the snapshot again (--rebuild-snapshot for a "
-        "past date)"
+        f"{paths.snapshot_dir / 'follow_edges'}/shard_id=000: 1 follow edges have a follower of "
+        "another shard (e.g. follower 1, of shard 1 of 2): the partition is not as "
+        "freeze_snapshot wrote it; freeze the snapshot again (--rebuild-snapshot for a past "
+        "date)"
     )
 
 
