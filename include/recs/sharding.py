@@ -73,10 +73,10 @@ def misfiled(followers, shard_id: int, shard_count: int) -> str | None:
         return None
     first = int(wrong[0])
     return (
-        f"{len(wrong)} follow edges have a follower of another shard (e.g. follower "
+        f"follow edges with a follower of another shard: {len(wrong)} (e.g. follower "
         f"{int(followers[first])}, of shard {int(shards[first])} of {shard_count}): the "
-        "partition is not as freeze_snapshot wrote it; freeze the snapshot again "
-        "(--rebuild-snapshot for a past date)"
+        "partition is not as freeze_snapshot wrote it; make the date's snapshot again from the "
+        "live store with --rebuild-snapshot (the DAG's rebuild_snapshot param)"
     )
 
 

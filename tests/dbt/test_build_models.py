@@ -263,6 +263,24 @@ def test_missing_snapshot_is_a_clear_error(tmp_path):
         build_models(paths, settings_for(tmp_path))
 
 
+def test_a_snapshot_frozen_before_the_in_degrees_says_so(tmp_path):
+    """A run frozen by a version before ``in_degrees`` (its manifest, no in_degrees.parquet),
+    built after an upgrade: the error names the earlier version and the remedy (freeze it
+    again: the retained snapshot is reused and its in-degrees counted), not "incomplete"."""
+    paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, "inflight")
+    write_snapshot(paths)
+    (paths.snapshot_dir / in_degrees.FILE).unlink()
+    paths.snapshot_manifest.write_text("{}")
+    with pytest.raises(RunNotFoundError) as caught:
+        build_models(paths, settings_for(tmp_path))
+    assert str(caught.value) == (
+        f"the snapshot of run inflight ({SNAPSHOT_DATE}) at {paths.snapshot_dir} was frozen by "
+        "an earlier version of recs, before the freeze counted the in-degrees (no "
+        "in_degrees.parquet): run freeze_snapshot again (clear that task); it reuses the date's "
+        "retained snapshot and counts them from its edges"
+    )
+
+
 @pytest.mark.slow
 def test_rerun_overwrites_with_identical_bytes(built_run):
     paths, summary = built_run
@@ -362,18 +380,25 @@ def test_failed_build_names_the_failed_nodes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["row lost", "emptied"])
+@pytest.mark.parametrize("damage", ["row lost", "emptied", "1 and 8 traded", "same id sum"])
 def test_in_degrees_that_do_not_sum_to_the_active_follows_fail_the_build(tmp_path, damage):
     """The freeze's in-degrees checked against the edges, seen failing: without the hub 8's
-    row (4 of the 10 active follows) or with no row at all, the in-degrees no longer sum to the
-    active follows and exactly that test fails, before any export is read."""
+    row (4 of the 10 active follows); with no row at all; with 1's and 8's counts traded (the
+    same total: the id-weighted sum, 24 against 45, catches it); with 1: 2, 2: 1, 3: 3, 8: 4
+    (the same total, 10, and the same id-weighted sum, 2 + 2 + 9 + 32 = 45: only the
+    hash-weighted sum catches it). Exactly that test fails, before any export is read."""
     paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, "shrunk")
     write_snapshot(paths)
     file = paths.snapshot_dir / in_degrees.FILE
     counted = pl.read_parquet(file)
     assert counted.rows() == [(1, 1), (2, 3), (3, 2), (8, 4)]  # the docstring's, by hand
-    kept = counted.filter(pl.col("user_id") != 8) if damage == "row lost" else counted.clear()
-    kept.write_parquet(file)
+    damaged = {
+        "row lost": counted.filter(pl.col("user_id") != 8),
+        "emptied": counted.clear(),
+        "1 and 8 traded": counted.with_columns(in_degree=pl.Series([4, 3, 2, 1])),
+        "same id sum": counted.with_columns(in_degree=pl.Series([2, 1, 3, 4])),
+    }[damage]
+    damaged.write_parquet(file)
     with pytest.raises(ModelsBuildError) as caught:
         build_models(paths, settings_for(tmp_path))
     assert "1 failed: test.recs.assert_in_degrees_sum_to_active_follows (fail)" in str(

@@ -27,6 +27,7 @@ from recs import collector
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, check_schema
 from recs.errors import ModelsBuildError, RunNotFoundError
+from recs.nightly import in_degrees
 from recs.nightly.runs import RunPaths
 
 log = logging.getLogger("recs.nightly.models")
@@ -38,7 +39,7 @@ SNAPSHOT_FILES = (
     "mutes.parquet",
     "dismissed_candidates.parquet",
     "user_interests.parquet",
-    "in_degrees.parquet",  # counted by the freeze (recs.nightly.in_degrees)
+    in_degrees.FILE,  # counted by the freeze (recs.nightly.in_degrees)
 )
 # Exports written as hive-partitioned directories (shard_id=N/*.parquet); the rest are one file.
 PARTITIONED_EXPORTS = ("eligible_users", "follow_exclusions")
@@ -255,6 +256,13 @@ def _check_snapshot(paths: RunPaths) -> None:
     missing = [name for name in SNAPSHOT_FILES if not (paths.snapshot_dir / name).is_file()]
     if not (paths.snapshot_dir / "follow_edges").is_dir():
         missing.append("follow_edges/")
+    if missing == [in_degrees.FILE] and paths.snapshot_manifest.is_file():
+        raise RunNotFoundError(
+            f"the snapshot of run {paths.run_id} ({paths.snapshot_date}) at {paths.snapshot_dir} "
+            f"was frozen by an earlier version of recs, before the freeze counted the in-degrees "
+            f"(no {in_degrees.FILE}): run freeze_snapshot again (clear that task); it reuses the "
+            "date's retained snapshot and counts them from its edges"
+        )
     if missing:
         raise RunNotFoundError(
             f"snapshot of run {paths.run_id} ({paths.snapshot_date}) is incomplete or missing at "

@@ -407,9 +407,10 @@ def test_a_follow_filed_under_another_shard_stops_the_graph_build(tmp_path):
     with pytest.raises(CorruptFileError) as caught:
         build_graph(paths, settings)
     assert str(caught.value) == (
-        f"{part}: 1 follow edges have a follower of another shard (e.g. follower {stray[0]}, of "
-        "shard 3 of 6): the partition is not as freeze_snapshot wrote it; freeze the snapshot "
-        "again (--rebuild-snapshot for a past date)"
+        f"{part}: follow edges with a follower of another shard: 1 (e.g. follower {stray[0]}, "
+        "of shard 3 of 6): the partition is not as freeze_snapshot wrote it; make the date's "
+        "snapshot again from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot "
+        "param)"
     )
 
 

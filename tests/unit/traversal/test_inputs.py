@@ -47,10 +47,10 @@ def test_a_follow_filed_under_another_shard_is_an_error(tmp_path):
     with pytest.raises(ShardMismatchError) as caught:
         traverse_shard(paths, settings, 0)
     assert str(caught.value) == (
-        f"{paths.snapshot_dir / 'follow_edges'}/shard_id=000: 1 follow edges have a follower of "
-        "another shard (e.g. follower 1, of shard 1 of 2): the partition is not as "
-        "freeze_snapshot wrote it; freeze the snapshot again (--rebuild-snapshot for a past "
-        "date)"
+        f"{paths.snapshot_dir / 'follow_edges'}/shard_id=000: follow edges with a follower of "
+        "another shard: 1 (e.g. follower 1, of shard 1 of 2): the partition is not as "
+        "freeze_snapshot wrote it; make the date's snapshot again from the live store with "
+        "--rebuild-snapshot (the DAG's rebuild_snapshot param)"
     )
 
 
