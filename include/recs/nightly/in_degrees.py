@@ -12,7 +12,8 @@ shard's follows as it is written (the shards' counts are partial sums: the small
 aggregate a freeze split by shard would add up), and dbt reads a file the size of the users
 table, not of the edges. ``from_follow_edges`` counts a written snapshot's edges (a snapshot
 retained by an earlier version has no ``in_degrees.parquet``). dbt checks the file against the
-edges: the in-degrees sum to the active follows (``assert_in_degrees_sum_to_active_follows``).
+edges in one pass (``assert_in_degrees_sum_to_active_follows``): the in-degrees sum to the
+active follows, and so do the accounts' ids and hashes weighted by them.
 
 Output (``contracts.IN_DEGREE_SCHEMA``): ``user_id``, ``in_degree`` (>= 1; accounts nobody
 follows have no row), sorted by ``user_id``.
