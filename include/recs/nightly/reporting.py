@@ -172,8 +172,12 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "recommendation rows": totals["recommendation_rows"],
             "traversals": totals["traversals"],
             "shard seconds (sum)": totals["shard_seconds"],
-            "traversals per shard second": totals["traversals_per_shard_second"],
-            "traversals per kernel second": totals["traversals_per_kernel_second"],
+            "traversals per shard second (whole tasks, compile included)": totals[
+                "traversals_per_shard_second"
+            ],
+            "traversals per kernel second (compile excluded)": totals[
+                "traversals_per_kernel_second"
+            ],
             "validation": totals["validation"].replace("_", " ")
             + (stale if totals["validation_stale"] else ""),
             "published": totals["published_detail"],

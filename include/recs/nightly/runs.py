@@ -13,10 +13,14 @@ Layout of one run (``RunPaths``)::
             in_degrees.parquet          active followers per account, counted from the edges
             manifest.json
         warehouse.duckdb                build_models: the run's one DuckDB file (one writer)
+        dbt/target/  dbt/logs/          build_models: dbt's artifacts (run_results.json holds
+                                        the run's vars) and log; dbt/docs/: `recs dbt-docs`
         exports/                        build_models: Parquet exports read by the traversal
             eligible_users/shard_id=N/*.parquet
             follow_exclusions/shard_id=N/*.parquet
             candidate_profiles.parquet  popularity_index.parquet  hub_accounts.parquet
+        graph_pieces/                   plan_graph: plan.json  reciprocal_pairs.npy
+            shard_id=NNN/               cap_graph: one partition's capped follows
         graph/                          build_graph: capped CSR, memory-mapped read-only
         shards/shard_id=NNN/recommendations.parquet + manifest.json
         validation/                     validate_run: GX results, Data Docs
@@ -275,6 +279,7 @@ def _remedy(home: Path, day: dt.date) -> str:
     if retained.is_complete(retained.folder(home, day)):
         return " (it reuses the date's retained snapshot)"
     return (
-        "; no snapshot of that date is retained here, so add --rebuild-snapshot if the live "
-        "store has moved past it (README, 'Backfills and reruns')"
+        "; no snapshot of that date is retained here, so give that `recs run` --rebuild-snapshot "
+        "(the DAG's rebuild_snapshot param) if the live store has moved past it (README, "
+        "'Backfills and reruns')"
     )

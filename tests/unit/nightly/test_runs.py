@@ -118,8 +118,8 @@ def test_a_past_date_without_a_run_names_the_rebuild_unless_its_snapshot_is_reta
         RunPaths.find(tmp_path, "2026-10-01")
     assert str(raised.value).endswith(
         "`recs run --snapshot-date 2026-10-01` first; no snapshot of that date is retained here, "
-        "so add --rebuild-snapshot if the live store has moved past it (README, 'Backfills and "
-        "reruns')"
+        "so give that `recs run` --rebuild-snapshot (the DAG's rebuild_snapshot param) if the "
+        "live store has moved past it (README, 'Backfills and reruns')"
     )
     (tmp_path / "snapshots" / "2026-10-01").mkdir(parents=True)
     (tmp_path / "snapshots" / "2026-10-01" / "manifest.json").write_text("{}")
