@@ -43,6 +43,7 @@ SNAPSHOT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 # snapshot/in_degrees.parquet — one row per account with active followers, counted by
 # freeze_snapshot from the follow edges it wrote (recs.nightly.in_degrees); in_degree >= 1.
 IN_DEGREE_SCHEMA: dict[str, pl.DataType] = {"user_id": pl.Int64, "in_degree": pl.Int64}
+IN_DEGREES_FILE = "in_degrees.parquet"  # its name in a snapshot folder (retained and the run's)
 
 # --- exports/ (dbt build_models; read by the traversal) -------------------------------------
 EXPORT_SCHEMAS: dict[str, dict[str, pl.DataType]] = {

@@ -106,6 +106,15 @@ def mix64_int(value: int) -> int:
     return z ^ (z >> 31)
 
 
+def mix64_array(values) -> np.ndarray:
+    """``mix64`` of each of an integer array's values (NumPy, not compiled): ``uint64``, the
+    same length; negative values are taken modulo 2**64 (two's complement)."""
+    z = np.asarray(values).astype(np.uint64) + _GAMMA64  # array arithmetic wraps mod 2**64
+    z = (z ^ (z >> _S30)) * _M1_64
+    z = (z ^ (z >> _S27)) * _M2_64
+    return z ^ (z >> _S31)
+
+
 def sample_keys(follower_ids, followee_ids, seed: int) -> np.ndarray:
     """Sample key of each edge: ``uint64`` array, same length as the inputs.
 

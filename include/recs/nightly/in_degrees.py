@@ -11,9 +11,10 @@ already holds, one shard at a time, to sort and write them. ``InDegrees.count`` 
 shard's follows as it is written (the shards' counts are partial sums: the small global
 aggregate a freeze split by shard would add up), and dbt reads a file the size of the users
 table, not of the edges. ``from_follow_edges`` counts a written snapshot's edges (a snapshot
-retained by an earlier version has no ``in_degrees.parquet``). dbt checks the file against the
-edges in one pass (``assert_in_degrees_sum_to_active_follows``): the in-degrees sum to the
-active follows, and so do the accounts' ids and hashes weighted by them.
+retained by an earlier version has no ``in_degrees.parquet``). ``build_graph`` checks the file
+against the edges, by sums the ``cap_graph`` tasks add as they read them
+(``recs.traversal.in_degree_check``): the in-degrees sum to the active follows, and so do the
+accounts' ids and hashes weighted by them.
 
 Output (``contracts.IN_DEGREE_SCHEMA``): ``user_id``, ``in_degree`` (>= 1; accounts nobody
 follows have no row), sorted by ``user_id``.
@@ -27,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from recs.contracts import IN_DEGREE_SCHEMA
+from recs.contracts import IN_DEGREE_SCHEMA, IN_DEGREES_FILE
 
-FILE = "in_degrees.parquet"
+FILE = IN_DEGREES_FILE
 """Its name in a snapshot folder (retained and the run's)."""
 
 DENSE_FACTOR = 8

@@ -70,7 +70,15 @@ def stage_inputs(stage: str, shard_id: int | None, shard_count: int) -> Inputs:
     graph_exports = ("exports/candidate_profiles.parquet", "exports/hub_accounts.parquet")
     if stage == "build_graph":  # in one process: plan, every piece, assembly
         return [
-            (SNAPSHOT, ("snapshot/users.parquet", "snapshot/follow_edges/*"), True),
+            (
+                SNAPSHOT,
+                (
+                    "snapshot/users.parquet",
+                    "snapshot/follow_edges/*",
+                    "snapshot/in_degrees.parquet",
+                ),
+                True,
+            ),
             (MODELS, graph_exports, True),
         ]
     if stage == "plan_graph_reciprocal":  # the pairs followed back: every partition
@@ -85,9 +93,9 @@ def stage_inputs(stage: str, shard_id: int | None, shard_count: int) -> Inputs:
             (MODELS, ("exports/candidate_profiles.parquet",), True),
             (GRAPH_PLAN, None, True),
         ]
-    if stage == "assemble_graph":
+    if stage == "assemble_graph":  # the in-degrees: checked against the pieces' sums
         return [
-            (SNAPSHOT, ("snapshot/users.parquet",), True),
+            (SNAPSHOT, ("snapshot/users.parquet", "snapshot/in_degrees.parquet"), True),
             (MODELS, graph_exports, True),
             (GRAPH_PLAN, None, True),
             *((graph_piece_part(i), None, True) for i in every_shard),

@@ -38,6 +38,7 @@ from recs.traversal.hop_order import (
     reciprocity_priority,
 )
 from recs.traversal.ids import DenseIndex
+from recs.traversal.in_degree_check import followee_sums
 
 log = logging.getLogger("recs.graph")
 
@@ -98,12 +99,19 @@ def sample_sorted(
 
 @dataclass
 class EdgeCounts:
+    """What reading follow-edge files counted (rows, and why rows were left out of the graph);
+    ``in_degree_follows``, ``followee_id_sum`` and ``followee_hash_sum`` are the
+    ``in_degree_check`` sums of their active follows (unknown accounts' too)."""
+
     edges_read: int = 0
     pending_skipped: int = 0
     unknown_endpoint_dropped: int = 0
     self_loops_dropped: int = 0
     duplicates_dropped: int = 0
     rows_capped: int = 0
+    in_degree_follows: int = 0
+    followee_id_sum: int = 0
+    followee_hash_sum: int = 0
     partitions: list[int] = field(default_factory=list)
 
     def add(self, other: EdgeCounts) -> None:
@@ -138,6 +146,10 @@ def _active_partition(
         counts.pending_skipped += frame.height - active.height
         counts.unknown_endpoint_dropped += int(len(known) - known.sum())
         counts.self_loops_dropped += int((known & ~not_self).sum())
+        follows, id_sum, hash_sum = followee_sums(followers, followees)  # unknown ones too
+        counts.in_degree_follows += follows
+        counts.followee_id_sum += id_sum
+        counts.followee_hash_sum += hash_sum
     keep = known & not_self
     return followers[keep], followees[keep], src[keep], dst[keep], created[keep]
 

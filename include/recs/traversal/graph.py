@@ -48,6 +48,7 @@ import numpy as np
 
 from recs.errors import CorruptFileError, RecsError, RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, read_parquet, sha256_file, write_json
+from recs.traversal import in_degree_check
 from recs.traversal.capped_rows import EdgeCounts, assemble_rows
 from recs.traversal.graph_pieces import (
     GraphContext,
@@ -177,9 +178,11 @@ def assemble_graph(
     plan was assembled into if it is whole (``_assembled_from_plan``), else needs every piece.
     Returns ``{"graph_dir", "n_nodes", "n_edges", "seconds",
     **meta counts}``.
-    Raises ``RunNotFoundError`` if ``users.parquet``, the plan or the candidate profiles export is
-    missing, ``StalePieceError`` naming the partitions whose pieces are missing or stale and
-    ``SchemaMismatchError`` if ``user_id`` is not Int64.
+    Raises ``RunNotFoundError`` if ``users.parquet``, ``in_degrees.parquet``, the plan or the
+    candidate profiles export is missing, ``StalePieceError`` naming the partitions whose pieces
+    are missing or stale, ``CorruptFileError`` if the snapshot's in-degrees do not match its
+    follow edges (``in_degree_check``, before anything is written) and ``SchemaMismatchError``
+    if ``user_id`` is not Int64.
     """
     started = time.perf_counter() if started is None else started
     context = context or graph_context(paths, settings)
@@ -195,6 +198,10 @@ def assemble_graph(
                 **kept}  # fmt: skip
     pieces = list(planned_pieces(paths, context.plan))  # refuses missing and stale ones first
     counts = EdgeCounts(partitions=list(context.plan["partitions"]))
+    read = EdgeCounts()
+    for piece in pieces:
+        read.add(piece.counts)
+    in_degree_check.check(paths.snapshot_dir, read, paths.run_id)  # before anything is written
 
     graph_dir.mkdir(parents=True, exist_ok=True)
     (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built

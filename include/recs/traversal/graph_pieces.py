@@ -56,8 +56,9 @@ log = logging.getLogger("recs.graph")
 PIECES = "graph_pieces"
 #: The arrays of each file of a piece (module docstring).
 ARRAYS = ("src", "dst", "followers", "out_degree")
-#: 1: one piece per partition, a set of arrays per Parquet file.
-PIECE_FORMAT = 1
+#: 1: one piece per partition, a set of arrays per Parquet file; 2: its counts hold the
+#: followee sums ``in_degree_check`` adds up (a format-1 piece is stale: capped again).
+PIECE_FORMAT = 2
 
 
 class StalePieceError(RecsError):

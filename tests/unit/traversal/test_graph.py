@@ -10,7 +10,15 @@ import threading
 import numpy as np
 import polars as pl
 import pytest
-from traversal_fixtures import AS_OF, Fixture, User, settings_for, users_with, write_run
+from traversal_fixtures import (
+    AS_OF,
+    Fixture,
+    User,
+    recount_in_degrees,
+    settings_for,
+    users_with,
+    write_run,
+)
 
 from recs.contracts import SNAPSHOT_SCHEMAS
 from recs.errors import CorruptFileError, RunNotFoundError, SchemaMismatchError
@@ -166,6 +174,7 @@ def test_follower_split_across_partitions_is_capped_once(tmp_path):
     home = shard_of(1, settings.shard_count)
     part = paths.snapshot_dir / "follow_edges" / f"shard_id={home:03d}" / "part-1.parquet"
     extra.write_parquet(part)
+    recount_in_degrees(paths)
     build_graph(paths, settings)
     graph = load_graph(paths.graph_dir)
     assert graph.follows(1) == [3, 4, 5]

@@ -23,6 +23,7 @@ import polars as pl
 from recs.config import Settings
 from recs.contracts import EXPORT_SCHEMAS, SNAPSHOT_SCHEMAS, conform
 from recs.files import write_json
+from recs.nightly import in_degrees
 from recs.nightly.runs import RunPaths
 from recs.sharding import shard_of
 from recs.traversal import traverse_shard
@@ -78,6 +79,14 @@ def users_with(ids: Iterable[int], **attributes) -> list[User]:
     return [User(user_id=i, **attributes) for i in ids]
 
 
+def recount_in_degrees(paths: RunPaths) -> None:
+    """Count the snapshot's in-degrees from its follow edges, as the freeze does (build_graph
+    checks them against the edges): after writing the edges or changing them."""
+    in_degrees.from_follow_edges(paths.snapshot_dir).write_parquet(
+        paths.snapshot_dir / in_degrees.FILE
+    )
+
+
 def write_run(fixture: Fixture, settings: Settings, run_id: str = "test_run") -> RunPaths:
     """Write the snapshot and exports of ``fixture`` under ``settings.home``; return the paths."""
     paths = RunPaths.create(settings.home, SNAPSHOT_DATE, run_id)
@@ -111,6 +120,7 @@ def write_run(fixture: Fixture, settings: Settings, run_id: str = "test_run") ->
         part = paths.snapshot_dir / "follow_edges" / f"shard_id={shard:03d}"
         part.mkdir(parents=True, exist_ok=True)
         edges.filter(pl.col("shard") == shard).drop("shard").write_parquet(part / "part-0.parquet")
+    recount_in_degrees(paths)
     write_json(
         paths.snapshot_manifest,
         {"settings": settings.model_dump(mode="json"), "snapshot_date": str(SNAPSHOT_DATE)},
