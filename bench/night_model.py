@@ -7,9 +7,16 @@ grows with, then multiplied by the night's:
 
 | stage | grows with | night's quantity |
 | --- | --- | --- |
-| freeze_snapshot, build_models, cap_graph, build_graph | follow edges | 60 B |
+| freeze_snapshot, cap_graph, build_graph | follow edges | 60 B |
+| build_models | accounts | 500 M |
 | traverse_shard | traversals | 220 M x (measured traversals per eligible user) |
 | validate_shards, validate_run, publish_run | published rows | 220 M x (rows per eligible user) |
+
+``build_models`` grows with the accounts since the dbt build stopped reading the follow edges
+(``recs.traversal.in_degree_check``, 2026-12-07): its models read the users-sized tables (the
+in-degrees counted by the freeze, the interests, blocks, mutes and dismissals); only the
+``stg_follow_edges`` column tests still touch the edges, answered mostly from the Parquet
+statistics (1.8 s of the 5 M build's node time on a44e070), and are scaled with the accounts too.
 
 Linear in each: the stages sort and scan (n log n is within a few percent of n over this
 range), and the traversal's cost per expansion is flat (``make bench``). A stage that runs as one
@@ -40,7 +47,8 @@ NIGHT_ACCOUNTS = 500_000_000
 NIGHT_REFRESHED = 220_000_000
 WINDOW_SECONDS = 4 * 3600
 
-BY_EDGES = ("freeze_snapshot", "build_models", "cap_graph", "build_graph")
+BY_EDGES = ("freeze_snapshot", "cap_graph", "build_graph")
+BY_ACCOUNTS = ("build_models",)
 BY_ROWS = ("validate_shards", "validate_run", "publish_run")
 # mapped: a task per group of partitions / shard / group of shards
 SPREAD = ("cap_graph", "traverse_shard", "validate_shards")
@@ -65,6 +73,7 @@ def night_model(
     stages: list[dict[str, Any]],
     *,
     edges: int,
+    accounts: int,
     eligible_users: int,
     traversals: int,
     rows: int,
@@ -75,17 +84,19 @@ def night_model(
 
     ``stages``: ``make bench-scale``'s rows (``stage``, ``wall_seconds``, ``cpu_seconds``,
     ``peak_rss_mb``; a mapped stage's name starts with one of ``SPREAD``, e.g.
-    ``traverse_shard x 16``); ``edges`` the run's follow edges, ``eligible_users`` its refreshed
+    ``traverse_shard x 16``); ``edges`` the run's follow edges, ``accounts`` its users,
+    ``eligible_users`` its refreshed
     users, ``traversals`` and ``rows`` its totals; ``shard_peak_mb`` one traversal task's peak (it
     does not grow with the night: the shards do); ``cores`` the cores the mapped stages are
     spread over. Raises ``ValueError``
     for a measured quantity of zero (nothing to scale from)."""
-    if min(edges, eligible_users, traversals, rows) <= 0:
-        raise ValueError("a measured run with edges, eligible users, traversals and rows")
+    if min(edges, accounts, eligible_users, traversals, rows) <= 0:
+        raise ValueError("a measured run with edges, accounts, eligible users, traversals and rows")
     per_user_traversals = traversals / eligible_users
     per_user_rows = rows / eligible_users
     night = {
         "edges": (edges, NIGHT_EDGES),
+        "accounts": (accounts, NIGHT_ACCOUNTS),
         "traversals": (traversals, NIGHT_REFRESHED * per_user_traversals),
         "rows": (rows, NIGHT_REFRESHED * per_user_rows),
     }
@@ -95,6 +106,8 @@ def night_model(
         base = name.split(" ")[0]
         if base in BY_EDGES:
             unit = "edges"
+        elif base in BY_ACCOUNTS:
+            unit = "accounts"
         elif base in BY_ROWS:
             unit = "rows"
         elif base == "traverse_shard":

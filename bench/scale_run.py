@@ -405,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     costs = night_model(
         stages,
         edges=generated["follow_edges"],
+        accounts=generated["users"],
         eligible_users=built["rows"]["eligible_users"],
         traversals=traversals,
         rows=validated.get("rows", 0),

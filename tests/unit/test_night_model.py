@@ -22,9 +22,10 @@ STAGES = [
     {"stage": "traverse_shard x 4", "wall_seconds": 8.0, "cpu_seconds": 8.0, "peak_rss_mb": 500},
     {"stage": "validate_run", "wall_seconds": 5.0, "cpu_seconds": 5.0, "peak_rss_mb": 512},
 ]
-# 60 M edges -> x1,000 to 60 B; 1,000 eligible users with 1,000 traversals and 20 rows each ->
-# 220 M users: 2.2e11 traversals and 4.4e9 rows, x220,000 each.
-RUN = {"edges": 60_000_000, "eligible_users": 1000, "traversals": 1_000_000, "rows": 20_000}
+# 60 M edges -> x1,000 to 60 B; 5 M accounts -> x100 to 500 M; 1,000 eligible users with 1,000
+# traversals and 20 rows each -> 220 M users: 2.2e11 traversals and 4.4e9 rows, x220,000 each.
+RUN = {"edges": 60_000_000, "accounts": 5_000_000, "eligible_users": 1000,
+       "traversals": 1_000_000, "rows": 20_000}  # fmt: skip
 
 
 def test_each_stage_scales_by_its_own_quantity():
@@ -35,6 +36,10 @@ def test_each_stage_scales_by_its_own_quantity():
     assert freeze.wall_hours == pytest.approx(10 * 1000 / 3600)  # 2.78 h in one process
     assert freeze.cpu_hours == pytest.approx(12 * 1000 / 3600)
     assert freeze.peak_gb == pytest.approx(1000.0)  # 1 GB x 1,000
+    models = costs["build_models"]  # the dbt build reads the users-sized tables, not the edges
+    assert models.unit == "accounts" and models.night_units / models.measured_units == 100
+    assert models.wall_hours == pytest.approx(20 * 100 / 3600)  # 0.56 h in one process
+    assert models.peak_gb == pytest.approx(200.0)  # 2 GB x 100
     shards = costs["traverse_shard x 4"]
     assert shards.spread and shards.night_units == pytest.approx(2.2e11)
     assert shards.cpu_hours == pytest.approx(8 * 220_000 / 3600)  # 488.9 core-hours
@@ -46,7 +51,7 @@ def test_each_stage_scales_by_its_own_quantity():
 
 def test_the_window_is_missed_when_one_process_stages_take_it():
     costs = night.night_model(STAGES, shard_peak_mb=500, cores=100, **RUN)
-    assert night.cores_for_window(costs) is None  # 2.8 + 5.6 + 305.6 h before any shard
+    assert night.cores_for_window(costs) is None  # 2.8 + 0.6 + 305.6 h before any shard
     lines = night.render(costs, 100, 24)
     assert "does not fit the window" in lines[-1] and "build_models" not in lines[-1]
     assert "validate_run would need 110,000 GB" in lines[-1]  # 0.5 GB x 220,000
