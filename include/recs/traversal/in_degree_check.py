@@ -10,7 +10,10 @@ sums of their ``followee_id`` (``followee_id_sum``) and of ``sampling.mix64`` of
 compares them with the file's counts weighted the same way: a row lost, an emptied file, counts
 of another snapshot or moved between accounts change at least one sum (counts moved between
 accounts whose ids sum the same change the hashed one but for a 2**-64 chance). A wrong file stops
-the night before any shard task is traversed or published.
+the night before any shard task is traversed or published; dbt has built its models from it by
+then (the hubs, the profiles, the popularity index), and nothing reads them before
+``build_graph``. The check runs once per assembly: a graph already assembled from the run's
+plan and kept by a retry of ``build_graph`` is not checked again (``plan_graph`` withdraws it).
 
 Why here: this was a dbt test scanning every follow edge in the build's one process (7.1 s of
 the 36.6 s build at 5 M users for the count alone, ``bench/README.md``); the pieces' sums cost
@@ -81,7 +84,7 @@ def check(snapshot_dir: Path, counts: Any, run_id: str) -> None:
     )
     raise CorruptFileError(
         f"the in-degrees of run {run_id} ({Path(snapshot_dir) / IN_DEGREES_FILE}) do not match "
-        f"its follow edges' active follows ({differ}): the file was damaged after the freeze "
-        "counted it, or belongs to another snapshot; make the date's snapshot again from the "
-        "live store with --rebuild-snapshot (the DAG's rebuild_snapshot param)"
+        f"its follow edges' active follows ({differ}): the file or the edges changed after the "
+        "freeze counted them, or the file is another snapshot's; make the date's snapshot again "
+        "from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot param)"
     )
