@@ -201,10 +201,17 @@ def recs_who_to_follow_nightly():
 
     @task(map_index_template=GRAPH_GROUP_INDEX, **DATA_TASK_RETRIES)
     def cap_graph(run: dict[str, str], shard_ids: list[int]) -> dict[str, int]:
-        """Each account's first hop2_cap follows, for a group of partitions: their pieces."""
+        """Each account's first hop2_cap follows, for a group of partitions: their pieces. A
+        damaged partition fails it without retries (its message names the remedy)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from recs.errors import CorruptFileError
         from recs.nightly import pipeline
 
-        pieces = pipeline.cap_graph(_paths(run), shard_ids)
+        try:
+            pieces = pipeline.cap_graph(_paths(run), shard_ids)
+        except CorruptFileError as error:  # the run store's copy, if any, was pulled first
+            raise AirflowFailException(str(error)) from None
         return {"partitions": len(pieces), "capped_edges": sum(p["capped_edges"] for p in pieces)}
 
     @task(**DATA_TASK_RETRIES)
@@ -212,15 +219,17 @@ def recs_who_to_follow_nightly():
         """Capped CSR adjacency for the run, assembled from the pieces, memory-mapped read-only
         by every shard task. Run again once it has removed the pieces, it keeps the graph it
         assembled; pieces missing or stale otherwise fail it without retries: only capping them
-        again mends that (clear it with its upstream ``cap_graph`` tasks)."""
+        again mends that (clear it with its upstream ``cap_graph`` tasks). So do in-degrees that
+        do not match the edges (``CorruptFileError``: a rebuilt snapshot mends that)."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from recs.errors import CorruptFileError
         from recs.nightly import pipeline
         from recs.traversal.graph_pieces import StalePieceError
 
         try:
             pipeline.assemble_graph(_paths(run))
-        except StalePieceError as error:
+        except (StalePieceError, CorruptFileError) as error:
             raise AirflowFailException(str(error)) from None
         return run
 

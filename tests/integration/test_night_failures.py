@@ -10,7 +10,9 @@ home and injects one fault for real:
 - half the follow edges lost from the live store: users with lists and rows drop far beyond
   25 %, the gate fails on the comparison with night_1;
 - night_1 rerun with 2 shards instead of 4: the old shard_id=002/003 folders are removed by the
-  plan, and the rerun passes and publishes.
+  plan, and the rerun passes and publishes;
+- night_1 rerun with the date's retained in-degrees damaged: it stops at build_graph, and the
+  first attempt's shards and verdict are withdrawn, not shown or published as the rerun's.
 
 In every failure ``CURRENT`` still names night_1.
 """
@@ -26,8 +28,10 @@ import polars as pl
 import pytest
 
 from recs.config import Settings
-from recs.errors import NothingToValidateError, ValidationFailedError
+from recs.errors import CorruptFileError, NothingToValidateError, ValidationFailedError
 from recs.nightly import pipeline
+from recs.nightly.reporting import run_summary
+from recs.nightly.runs import RunPaths
 from recs.published import current_version, shard_file, version_manifest
 from recs.sharding import shard_expr
 
@@ -159,3 +163,36 @@ def test_a_rerun_with_fewer_shards_passes(home):
     assert gate["computed_shards"] == [0, 1] and gate["compared_with"] == "night_1"
     manifest = version_manifest(settings.published_dir, "night_1")
     assert manifest["shard_count"] == 2 and len(manifest["shards"]) == 2
+
+
+def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(home):
+    """night_1 again, its date's retained in-degrees damaged (one account's count plus one): the
+    freeze links the damaged file into the run, build_graph refuses it, and the run now shows
+    what this attempt computed: no shard, no verdict (a newcomer's summary still said "4 of 4"
+    and "validation passed", the first attempt's). A publish of it is refused; CURRENT and the
+    published night_1 are untouched."""
+    settings = settings_for(home)
+    paths = RunPaths.find(home, "2026-11-01", "night_1")
+    before = run_summary(home, "2026-11-01", "night_1")["totals"]
+    assert (before["shards_done"], before["validation"]) == (4, "passed")
+    retained = home / "snapshots" / "2026-11-01" / "in_degrees.parquet"
+    degrees = pl.read_parquet(retained)
+    damaged = degrees.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.col("in_degree") + 1)
+        .otherwise(pl.col("in_degree")).alias("in_degree")
+    )  # fmt: skip
+    retained.unlink()  # a new file: the first attempt's run folder links the old one
+    damaged.write_parquet(retained)
+
+    with pytest.raises(CorruptFileError, match="do not match its follow edges"):
+        pipeline.run_all(home, "2026-11-01", "night_1", settings)
+
+    after = run_summary(home, "2026-11-01", "night_1")
+    assert after["totals"]["shards_done"] == 0 and after["failed_shards"] == [0, 1, 2, 3]
+    assert after["totals"]["validation"] == "not_run" and after["validation"] is None
+    assert not paths.validation_results.exists()
+    assert after["totals"]["published"] == "served"  # the version published before, kept
+    with pytest.raises(ValidationFailedError, match="it has not been validated"):
+        pipeline.publish_run(paths)
+    assert current_version(settings.published_dir) == "night_1"
+    assert version_manifest(settings.published_dir, "night_1")["validation"]["success"] is True

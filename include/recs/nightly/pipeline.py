@@ -40,7 +40,7 @@ from recs.config import Settings, get_settings
 from recs.errors import RecsError
 from recs.files import read_json, write_json
 from recs.nightly import shard_plan
-from recs.nightly.artifacts import synced, withdraw_shards
+from recs.nightly.artifacts import synced, withdraw_shards, withdraw_verdict
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
 
@@ -94,13 +94,34 @@ def freeze_snapshot(
 ) -> dict[str, Any]:
     """The run's snapshot as of its cut-off: the date's retained one, or the live store's
     (``recs.nightly.snapshot``); ``rebuild`` for a past date nothing is retained for; the
-    shard plan checked against Airflow's ``max_map_length``."""
+    shard plan checked against Airflow's ``max_map_length``. Once it is frozen, what an earlier
+    attempt of the run computed is withdrawn (``withdraw_results``); refused or failed before
+    that, it leaves no run folder it made (``_locked_until_frozen``)."""
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
-    with run_lock(paths), synced(paths, "freeze_snapshot"):
-        return _freeze(
+    with _locked_until_frozen(paths), synced(paths, "freeze_snapshot"):
+        result = _freeze(
             paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
         )
+        withdraw_results(paths, result["shard_count"])
+        return result
+
+
+def withdraw_results(paths: RunPaths, shard_count: int) -> None:
+    """Withdraw what an earlier attempt of the run computed from its snapshot, once this attempt
+    has frozen its own (the caller holds the run's lock): the shards (``reset_shards``, and
+    ``artifacts.withdraw_shards``) and the gate's verdict (``paths.validation_summary`` and
+    ``validation_results``, and ``artifacts.withdraw_verdict``). ``recs summary``, ``recs
+    report`` and ``publish_run`` then never take them for this attempt's: a newcomer's rerun
+    that failed at build_graph still showed the earlier attempt's "4 of 4" shards and
+    "validation passed". A freeze that fails withdraws nothing: the earlier attempt's snapshot
+    stays too. Published versions keep their own copies; each shard's saved gate result stays,
+    and ``validate_run`` judges it again against the shard's new manifest."""
+    reset_shards(paths, shard_count)
+    withdraw_shards(paths, shard_count)
+    for verdict in (paths.validation_summary, paths.validation_results):
+        verdict.unlink(missing_ok=True)
+    withdraw_verdict(paths)
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
@@ -379,23 +400,29 @@ def run_all(
     leaves no folder behind when this call made it: ``recs runs`` and ``gc`` never see it.
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
+    with _locked_until_frozen(paths):
+        return _run_all(paths, settings, progress, rebuild_snapshot)
+
+
+@contextmanager
+def _locked_until_frozen(paths: RunPaths) -> Iterator[None]:
+    """Hold the run's lock for the block; if the block raises before the run's snapshot exists
+    and the run folder did not exist before it (``recs run``, or the DAG's freeze_snapshot, of a
+    new run refused for a day not over, a past date with nothing retained, the store away), the
+    folder (holding only ``.lock``) and its date's, if empty, are removed under the lock: nobody
+    else is in the run, and ``recs runs`` and ``gc`` never see it. A folder found is kept."""
     made = not paths.run_dir.exists()
     with run_lock(paths):
         try:
-            return _run_all(paths, settings, progress, rebuild_snapshot)
+            yield
         except BaseException:
             if made and not paths.snapshot_manifest.exists():
-                _remove_unfrozen(paths)  # under the lock: nobody else is in this run
+                shutil.rmtree(paths.run_dir, ignore_errors=True)
+                try:
+                    paths.run_dir.parent.rmdir()
+                except OSError:
+                    pass  # other runs of the date, or already gone
             raise
-
-
-def _remove_unfrozen(paths: RunPaths) -> None:
-    """Remove the folder of a run that never froze its snapshot (and its date's, if empty)."""
-    shutil.rmtree(paths.run_dir, ignore_errors=True)
-    try:
-        paths.run_dir.parent.rmdir()
-    except OSError:
-        pass  # other runs of the date, or already gone
 
 
 def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dict[str, Any]:

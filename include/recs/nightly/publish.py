@@ -60,7 +60,6 @@ from recs.nightly.gate_inputs import eligible_users
 from recs.nightly.runs import RunPaths, check_run_id
 from recs.nightly.served import refuse_unseen
 from recs.nightly.switch import record_event, record_in_run_store, write_current
-from recs.nightly.validation import SUMMARY_FILE
 from recs.published import (
     MANIFEST_FILE,
     RECOMMENDATIONS_FILE,
@@ -275,7 +274,7 @@ def _newer_snapshot(published_dir: Path, current: str | None, snapshot_date: str
 
 def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     """The gate's summary of this run; raise unless it passed (the class of its outcome)."""
-    summary_path = paths.validation_dir / SUMMARY_FILE
+    summary_path = paths.validation_summary
     try:
         summary = read_json(summary_path)
     except RunNotFoundError:

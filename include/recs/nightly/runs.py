@@ -21,12 +21,16 @@ Layout of one run (``RunPaths``)::
             candidate_profiles.parquet  popularity_index.parquet  hub_accounts.parquet
         graph_pieces/                   plan_graph: plan.json  reciprocal_pairs.npy
             shard_id=NNN/               cap_graph: one partition's capped follows
-        graph/                          build_graph: capped CSR, memory-mapped read-only
-        shards/shard_id=NNN/recommendations.parquet + manifest.json
-        validation/                     validate_run: GX results, Data Docs
+        graph/                          build_graph: capped CSR, memory-mapped read-only;
+                                        meta.json (counts, settings) written last
+        shards/shard_id=NNN/recommendations.parquet + manifest.json (written last: computed)
+        validation/                     validate_run: the gate's verdict summary.json, every
+                                        check's results.json, Data Docs
             shards/shard_id=NNN/results.json    validate_shards: one shard's gate
         stage_times.json                recs run (run_all): each stage's wall seconds so far;
                                         a gate or publish run alone amends it
+        .lock  .locks/                  flock files: the run's lock, each shard's and each
+                                        graph piece's (``locks``); a lock dies with its process
 
 Run ids (``check_run_id``): 1 to 64 characters from ``A-Z a-z 0-9 _ . -``, starting with a
 letter or digit, without ``..``; anything else is refused, never rewritten. The DAG maps
@@ -239,6 +243,16 @@ class RunPaths:
     @property
     def validation_dir(self) -> Path:
         return self.run_dir / "validation"
+
+    @property
+    def validation_summary(self) -> Path:
+        """The gate's verdict (``validation.validate_run``; ``publish`` requires it passed)."""
+        return self.validation_dir / "summary.json"
+
+    @property
+    def validation_results(self) -> Path:
+        """Every check of the gate's last verdict (``validation.validate_run``)."""
+        return self.validation_dir / "results.json"
 
     @property
     def stage_times(self) -> Path:

@@ -55,9 +55,6 @@ from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_
 from recs.published import current_version, manifest_digest
 from recs.sharding import partition_files
 
-RESULTS_FILE = "results.json"
-SUMMARY_FILE = "summary.json"
-
 CHANGE_CHECKS = ("users_change_within_bounds", "rows_change_within_bounds")
 # Result figures summed over shards when a check is merged (the rest are the first shard's).
 _SUMMED = ("element_count", "unexpected_count", "missing_count")
@@ -299,7 +296,7 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             )
         },
         "results": str(results_path),
-        "summary": str(paths.validation_dir / SUMMARY_FILE),
+        "summary": str(paths.validation_summary),
         "data_docs": report.results.get("data_docs"),
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -364,9 +361,8 @@ class _Report:
             "generated_at": shards.generated_at,
             "shards": shards.statuses if self.shards is not None else [],
         }
-        validation_dir = paths.validation_dir
-        results_path = write_json(validation_dir / RESULTS_FILE, results)
-        write_json(validation_dir / SUMMARY_FILE, self.summary)
+        results_path = write_json(paths.validation_results, results)
+        write_json(paths.validation_summary, self.summary)
         return results_path
 
     def skipped(self) -> list[dict[str, str]]:

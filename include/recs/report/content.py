@@ -108,12 +108,12 @@ def run_report(
     version = _read(version_dir(published_dir, paths.run_id) / MANIFEST_FILE)
     if version is not None and version.get("snapshot_date") != paths.snapshot_date.isoformat():
         version = None  # the same run id of another date was published, not this run
-    summary = _read(paths.validation_dir / "summary.json")
-    results = _read(paths.validation_dir / "results.json")
+    summary = _read(paths.validation_summary)
+    results = _read(paths.validation_results)
     shards = shard_rows(paths, shard_count, version, task_instances)
     damaged = damaged_files(paths, shard_count)
     outcome = (summary or {}).get("outcome", "not validated")
-    if summary is None and (paths.validation_dir / "summary.json").exists():
+    if summary is None and (paths.validation_summary).exists():
         outcome = "unreadable"
     return {
         "damaged": damaged,
@@ -138,8 +138,8 @@ def run_report(
         "dbt": dbt_results(paths),
         "files": {
             "run_dir": str(paths.run_dir),
-            "results": _if_file(paths.validation_dir / "results.json"),
-            "summary": _if_file(paths.validation_dir / "summary.json"),
+            "results": _if_file(paths.validation_results),
+            "summary": _if_file(paths.validation_summary),
             "data_docs": _if_file(paths.run_dir / DATA_DOCS),
             "dbt_run_results": _if_file(paths.run_dir / DBT_RESULTS),
             "dbt_log": _if_file(paths.run_dir / DBT_LOG),
@@ -172,7 +172,7 @@ def shard_rows(
         for ti in task_instances or []
         if ti.get("task_id") == "traverse_shard" and _map_index(ti) >= 0
     }
-    validated = (paths.validation_dir / "summary.json").is_file()
+    validated = (paths.validation_summary).is_file()
     rows = []
     for shard_id in range(int(shard_count)):
         manifest = _read(paths.shard_manifest(shard_id)) or {}
@@ -447,8 +447,8 @@ def damaged_files(paths: RunPaths, shard_count: int | None) -> list[str]:
     candidates = [
         paths.snapshot_manifest,
         version_dir(paths.home / "published", paths.run_id) / MANIFEST_FILE,
-        paths.validation_dir / "summary.json",
-        paths.validation_dir / "results.json",
+        paths.validation_summary,
+        paths.validation_results,
         paths.run_dir / DBT_RESULTS,
         *(paths.shard_manifest(i) for i in range(shard_count or 0)),
     ]

@@ -201,7 +201,7 @@ def assemble_graph(
     read = EdgeCounts()
     for piece in pieces:
         read.add(piece.counts)
-    in_degree_check.check(paths.snapshot_dir, read, paths.run_id)  # before anything is written
+    in_degree_check.check(paths, read)  # before anything is written
 
     graph_dir.mkdir(parents=True, exist_ok=True)
     (graph_dir / "meta.json").unlink(missing_ok=True)  # a graph half rewritten is not built

@@ -64,10 +64,11 @@ def in_degree_sums(snapshot_dir: Path) -> tuple[int, int, int]:
     )
 
 
-def check(snapshot_dir: Path, counts: Any, run_id: str) -> None:
-    """Raise ``CorruptFileError`` (one line, every sum) unless the in-degrees of
-    ``snapshot_dir`` weigh up to ``counts`` (``capped_rows.EdgeCounts`` of every piece, added
-    up) as the module docstring says."""
+def check(paths: Any, counts: Any) -> None:
+    """Raise ``CorruptFileError`` (one line, every sum, the command that mends it) unless the
+    in-degrees of ``paths.snapshot_dir`` (a ``RunPaths``) weigh up to ``counts``
+    (``capped_rows.EdgeCounts`` of every piece, added up) as the module docstring says."""
+    snapshot_dir = paths.snapshot_dir
     counted = in_degree_sums(snapshot_dir)
     edges = (
         counts.in_degree_follows,
@@ -83,8 +84,9 @@ def check(snapshot_dir: Path, counts: Any, run_id: str) -> None:
         if mine != theirs
     )
     raise CorruptFileError(
-        f"the in-degrees of run {run_id} ({Path(snapshot_dir) / IN_DEGREES_FILE}) do not match "
-        f"its follow edges' active follows ({differ}): the file or the edges changed after the "
-        "freeze counted them, or the file is another snapshot's; make the date's snapshot again "
-        "from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot param)"
+        f"the in-degrees of run {paths.run_id} ({Path(snapshot_dir) / IN_DEGREES_FILE}) do not "
+        f"match its follow edges' active follows ({differ}): the file or the edges changed after "
+        "the freeze counted them, or the file is another snapshot's; make the date's snapshot "
+        f"again from the live store: `recs run {paths.snapshot_date.isoformat()} --run-id "
+        f"{paths.run_id} --rebuild-snapshot` (the DAG's rebuild_snapshot param)"
     )

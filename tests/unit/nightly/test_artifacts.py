@@ -21,7 +21,7 @@ from recs import cli
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RunStoreError
 from recs.nightly import artifacts
-from recs.nightly.artifacts import GRAPH, MODELS, SNAPSHOT, RunStore, shard_part
+from recs.nightly.artifacts import GRAPH, MODELS, SNAPSHOT, VALIDATION, RunStore, shard_part
 from recs.nightly.graph_cache import local_graph
 from recs.nightly.runs import RunPaths
 
@@ -200,6 +200,21 @@ def test_withdraw_shards_keeps_only_this_plan(store, tmp_path, monkeypatch):
     assert store.fs.exists(store.remote(a, "shards/shard_id=001/manifest.json"))
     assert not store.fs.exists(store.remote(a, "shards/shard_id=002/manifest.json"))
     assert store.fs.find(store.remote(a, "shards/shard_id=003")) == []
+
+
+def test_withdraw_verdict_leaves_a_publish_elsewhere_nothing_to_take(store, tmp_path, monkeypatch):
+    """A rerun froze its snapshot again (``pipeline.withdraw_results``): the earlier attempt's
+    verdict is withdrawn from the store, so machine b's publish finds no complete validation
+    (its files stay until the gate pushes its own)."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    write(a, {"validation/summary.json": b'{"outcome": "passed"}'})
+    store.push(a, VALIDATION)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    artifacts.withdraw_verdict(a)
+    assert store.marker(a, VALIDATION) is None
+    assert store.fs.exists(store.remote(a, "validation/summary.json"))
+    with pytest.raises(ArtifactNotFoundError, match="has no complete validation"):
+        store.pull(b, VALIDATION)
 
 
 def graph_files(version: bytes) -> dict[str, bytes]:

@@ -115,6 +115,16 @@ def test_a_refused_run_leaves_no_run_folder_but_another_runs_folder_stays(settin
     assert (other.run_dir / "notes").is_dir()
 
 
+def test_the_dags_refused_freeze_leaves_no_run_folder_either(settings):
+    """The DAG's freeze_snapshot task (``pipeline.freeze_snapshot``, no ``run_all`` around it)
+    refused for a past date with nothing retained: the run folder its lock made is gone with
+    its date's (a DAG run left ``runs/2026-11-01/<run_id>/.lock`` for `recs runs` to list)."""
+    paths = RunPaths.create(settings.home, "2026-11-01", "scheduled__2026-11-01T00_00_00_00_00")
+    with pytest.raises(SnapshotNotRetainedError):
+        pipeline.freeze_snapshot(paths, settings)
+    assert not (settings.home / "runs" / "2026-11-01").exists()
+
+
 def test_a_rerun_refused_before_its_snapshot_keeps_the_folder_it_found(settings):
     """(From a review.) The run folder was there before (an earlier attempt's outputs, no
     snapshot): a rerun refused in the freeze removes nothing of it."""

@@ -82,7 +82,10 @@ def test_in_degrees_that_do_not_match_the_edges_stop_the_graph_build(
         "its follow edges' active follows ("
     )
     assert differ in message and "\n" not in message
-    assert message.endswith("with --rebuild-snapshot (the DAG's rebuild_snapshot param)")
+    assert message.endswith(
+        f"from the live store: `recs run {paths.snapshot_date.isoformat()} --run-id test_run "
+        "--rebuild-snapshot` (the DAG's rebuild_snapshot param)"
+    )
     assert f"against {hashed(BY_HAND):,})" in message
     assert not (paths.graph_dir / "meta.json").exists()
 
