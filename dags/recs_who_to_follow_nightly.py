@@ -201,17 +201,10 @@ def recs_who_to_follow_nightly():
 
     @task(map_index_template=GRAPH_GROUP_INDEX, **DATA_TASK_RETRIES)
     def cap_graph(run: dict[str, str], shard_ids: list[int]) -> dict[str, int]:
-        """Each account's first hop2_cap follows, for a group of partitions: their pieces. A
-        damaged partition fails it without retries (its message names the remedy)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from recs.errors import CorruptFileError
+        """Each account's first hop2_cap follows, for a group of partitions: their pieces."""
         from recs.nightly import pipeline
 
-        try:
-            pieces = pipeline.cap_graph(_paths(run), shard_ids)
-        except CorruptFileError as error:  # the run store's copy, if any, was pulled first
-            raise AirflowFailException(str(error)) from None
+        pieces = pipeline.cap_graph(_paths(run), shard_ids)
         return {"partitions": len(pieces), "capped_edges": sum(p["capped_edges"] for p in pieces)}
 
     @task(**DATA_TASK_RETRIES)
@@ -220,16 +213,17 @@ def recs_who_to_follow_nightly():
         by every shard task. Run again once it has removed the pieces, it keeps the graph it
         assembled; pieces missing or stale otherwise fail it without retries: only capping them
         again mends that (clear it with its upstream ``cap_graph`` tasks). So do in-degrees that
-        do not match the edges (``CorruptFileError``: a rebuilt snapshot mends that)."""
+        do not match the edges (only a new run with ``rebuild_snapshot`` mends that); a file
+        that cannot be read keeps the retries (an I/O error of a network volume may pass)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from recs.errors import CorruptFileError
         from recs.nightly import pipeline
         from recs.traversal.graph_pieces import StalePieceError
+        from recs.traversal.in_degree_check import InDegreeMismatchError
 
         try:
             pipeline.assemble_graph(_paths(run))
-        except (StalePieceError, CorruptFileError) as error:
+        except (StalePieceError, InDegreeMismatchError) as error:
             raise AirflowFailException(str(error)) from None
         return run
 

@@ -290,38 +290,36 @@ def test_a_cut_off_just_ahead_is_retried_and_one_further_ahead_fails_at_once(
         get_settings.cache_clear()
 
 
-@pytest.mark.parametrize("task_id", ["cap_graph", "build_graph"])
-@pytest.mark.parametrize("damaged", [True, False])
-def test_damaged_inputs_fail_the_graph_tasks_at_once(monkeypatch, tmp_path, task_id, damaged):
-    """A damaged snapshot partition (cap_graph) or in-degrees that do not match the edges
-    (build_graph) raise ``CorruptFileError``: no retry mends it (a run store's copy is pulled
-    before the stage reads it), so the task fails at once with the message; any other error
-    (here a full disk) keeps its retries."""
+@pytest.mark.parametrize("mismatch", [True, False])
+def test_in_degrees_that_do_not_match_fail_build_graph_at_once(monkeypatch, tmp_path, mismatch):
+    """In-degrees that do not weigh up to the edges (``InDegreeMismatchError``): no retry mends
+    them, so build_graph fails at once with the message; a file that cannot be read
+    (``CorruptFileError``, which an I/O error of a network volume becomes too) keeps the
+    retries (from a review: an NFS hiccup failed the task for good)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from recs.config import get_settings
     from recs.errors import CorruptFileError
     from recs.nightly import pipeline
+    from recs.traversal.in_degree_check import InDegreeMismatchError
 
     module = _dag_module()
     monkeypatch.setenv("RECS_HOME", str(tmp_path))
     get_settings.cache_clear()
-    problem = "injected: the partition is damaged" if damaged else "injected: disk full"
-    error = CorruptFileError(problem) if damaged else OSError(problem)
+    problem = "injected: the in-degrees do not match" if mismatch else "injected: EIO"
+    error = InDegreeMismatchError(problem) if mismatch else CorruptFileError(problem)
 
-    def raises(*args):
+    def raises(paths):
         raise error
 
-    stage = "cap_graph" if task_id == "cap_graph" else "assemble_graph"
-    monkeypatch.setattr(pipeline, stage, raises)
-    task = module.recs_who_to_follow_nightly().get_task(task_id)
+    monkeypatch.setattr(pipeline, "assemble_graph", raises)
+    task = module.recs_who_to_follow_nightly().get_task("build_graph")
     assert task.retries >= 1
     run = {"home": str(tmp_path), "snapshot_date": "2026-11-01", "run_id": "manual_1"}
-    args = (run, [0, 1]) if task_id == "cap_graph" else (run,)
-    expected = AirflowFailException if damaged else OSError
+    expected = AirflowFailException if mismatch else CorruptFileError
     try:
         with pytest.raises(expected, match=problem) as raised:
-            task.python_callable(*args)
+            task.python_callable(run)
         assert type(raised.value) is expected
     finally:
         get_settings.cache_clear()

@@ -30,7 +30,7 @@ import pytest
 from recs.config import Settings
 from recs.errors import CorruptFileError, NothingToValidateError, ValidationFailedError
 from recs.nightly import pipeline
-from recs.nightly.reporting import run_summary
+from recs.nightly.reporting import run_summary, total_lines
 from recs.nightly.runs import RunPaths
 from recs.published import current_version, shard_file, version_manifest
 from recs.sharding import shard_expr
@@ -168,9 +168,12 @@ def test_a_rerun_with_fewer_shards_passes(home):
 def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(home):
     """night_1 again, its date's retained in-degrees damaged (one account's count plus one): the
     freeze links the damaged file into the run, build_graph refuses it, and the run now shows
-    what this attempt computed: no shard, no verdict (a newcomer's summary still said "4 of 4"
-    and "validation passed", the first attempt's). A publish of it is refused; CURRENT and the
-    published night_1 are untouched."""
+    what this attempt computed: no shard, no verdict, no Data Docs (a newcomer's summary still
+    said "4 of 4" and "validation passed", the first attempt's), and where it stopped, with the
+    error, also after a gate run alone. A publish of it is refused; CURRENT and the published
+    night_1 are untouched."""
+    from recs.report.content import run_report
+
     settings = settings_for(home)
     paths = RunPaths.find(home, "2026-11-01", "night_1")
     before = run_summary(home, "2026-11-01", "night_1")["totals"]
@@ -191,8 +194,19 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     assert after["totals"]["shards_done"] == 0 and after["failed_shards"] == [0, 1, 2, 3]
     assert after["totals"]["validation"] == "not_run" and after["validation"] is None
     assert not paths.validation_results.exists()
+    assert not (paths.validation_dir / "data_docs").exists()
+    assert not (paths.graph_dir / "meta.json").exists()  # no shard runs on the earlier graph
     assert after["totals"]["published"] == "served"  # the version published before, kept
+    stopped = after["totals"]["stopped_at"]
+    assert stopped["stage"] == "build_graph"
+    assert stopped["error"].startswith("InDegreeMismatchError: the in-degrees of run night_1 (")
+    assert total_lines(after)["last recs run"] == f"stopped at build_graph: {stopped['error']}"
+    states = {row["stage"]: row["state"] for row in run_report(paths)["stages"]}
+    assert states["build_graph"] == "failed" and states["build_models"] is None
     with pytest.raises(ValidationFailedError, match="it has not been validated"):
         pipeline.publish_run(paths)
+    with pytest.raises(NothingToValidateError, match="build_graph has not written"):
+        pipeline.validate_run(paths)  # a stage alone amends the times, keeps where it stopped
+    assert run_summary(home, "2026-11-01", "night_1")["totals"]["stopped_at"] == stopped
     assert current_version(settings.published_dir) == "night_1"
     assert version_manifest(settings.published_dir, "night_1")["validation"]["success"] is True

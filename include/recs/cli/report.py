@@ -39,9 +39,15 @@ def report(
     def render(doc: dict) -> None:
         gate, skew, run = doc["gate"], doc["skew"], doc["run"]
         statuses = [f"{s['shard_id']:03d} {s['status']}" for s in doc["shards"]]
+        stopped = [s["stage"] for s in doc["stages"] if s["state"] == "failed"]
         print_mapping(
             f"run {paths.run_id} ({paths.snapshot_date})",
             {
+                **(
+                    {"failed stages": ", ".join(stopped) + " (`recs summary` or Airflow: why)"}
+                    if stopped
+                    else {}
+                ),
                 "published": "yes, CURRENT" if run["is_current"] else (
                     "yes" if run["published"] else "no"
                 ),

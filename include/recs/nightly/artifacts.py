@@ -576,12 +576,13 @@ def withdraw_shards(paths: RunPaths, shard_count: int) -> None:
         store.forget(paths, shard_part(shard_id), files=True)
 
 
-def withdraw_verdict(paths: RunPaths) -> None:
-    """Withdraw the gate's verdict of the run from the store (``pipeline.withdraw_results``), so
-    a publish elsewhere finds none until this attempt's gate has run. No-op without a run
-    store."""
+def withdraw_graph_and_verdict(paths: RunPaths) -> None:
+    """Withdraw the run's graph and the gate's verdict from the store
+    (``pipeline.withdraw_results``), so no machine traverses, validates or publishes with an
+    earlier attempt's until this attempt has made its own. No-op without a run store."""
     store = run_store()
     if store is not None:
+        store.forget(paths, GRAPH)
         store.forget(paths, VALIDATION)
 
 

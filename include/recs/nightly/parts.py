@@ -160,6 +160,8 @@ def stage_outputs(stage: str, shard_id: int | None) -> tuple[list[Part], list[Pa
         "validate_run": [VALIDATION],
     }.get(stage, [])
     withdraws = [*writes, DBT_DOCS] if stage == "build_models" else list(writes)
+    if stage == "freeze_snapshot":  # swapped in whole at its end, and push forgets it first:
+        withdraws = []  # a freeze refused or failed leaves the earlier attempt's usable
     if stage.startswith("plan_graph"):  # a new plan: the graph is assembled again from it
         withdraws.append(GRAPH)
     return writes, withdraws

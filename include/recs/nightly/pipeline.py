@@ -40,7 +40,7 @@ from recs.config import Settings, get_settings
 from recs.errors import RecsError
 from recs.files import read_json, write_json
 from recs.nightly import shard_plan
-from recs.nightly.artifacts import synced, withdraw_shards, withdraw_verdict
+from recs.nightly.artifacts import synced, withdraw_graph_and_verdict, withdraw_shards
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.runs import RunPaths, check_shard
 
@@ -110,18 +110,25 @@ def freeze_snapshot(
 def withdraw_results(paths: RunPaths, shard_count: int) -> None:
     """Withdraw what an earlier attempt of the run computed from its snapshot, once this attempt
     has frozen its own (the caller holds the run's lock): the shards (``reset_shards``, and
-    ``artifacts.withdraw_shards``) and the gate's verdict (``paths.validation_summary`` and
-    ``validation_results``, and ``artifacts.withdraw_verdict``). ``recs summary``, ``recs
-    report`` and ``publish_run`` then never take them for this attempt's: a newcomer's rerun
-    that failed at build_graph still showed the earlier attempt's "4 of 4" shards and
-    "validation passed". A freeze that fails withdraws nothing: the earlier attempt's snapshot
-    stays too. Published versions keep their own copies; each shard's saved gate result stays,
-    and ``validate_run`` judges it again against the shard's new manifest."""
+    ``artifacts.withdraw_shards``), the graph (its ``meta.json``, written last) and the gate's
+    verdict (``paths.validation_summary``, ``validation_results`` and the Data Docs), and in a
+    run store their markers (``artifacts.withdraw_graph_and_verdict``). ``recs summary``,
+    ``recs report``, ``shard run`` and ``publish_run`` then never take them for this attempt's:
+    a newcomer's rerun that failed at build_graph still showed the earlier attempt's "4 of 4"
+    shards and "validation passed", and one stopped at build_models let a review traverse
+    shards on the earlier graph. Another machine's copies change as its next stage pulls. A
+    freeze that fails withdraws nothing, here or in the store: the earlier attempt stays.
+    Published versions keep their own copies; each shard's saved gate result stays:
+    ``validate_run`` reuses it only for the same output and inputs
+    (``shard_gate.saved_result``)."""
+    from recs.nightly.checkpoints import DATA_DOCS_DIR
+
     reset_shards(paths, shard_count)
     withdraw_shards(paths, shard_count)
-    for verdict in (paths.validation_summary, paths.validation_results):
-        verdict.unlink(missing_ok=True)
-    withdraw_verdict(paths)
+    for done in (paths.graph_dir / "meta.json", paths.validation_summary, paths.validation_results):
+        done.unlink(missing_ok=True)
+    shutil.rmtree(paths.validation_dir / DATA_DOCS_DIR, ignore_errors=True)
+    withdraw_graph_and_verdict(paths)
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
@@ -361,7 +368,8 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     outcome stands.
     """
     try:
-        recorded = read_json(paths.stage_times).get("stages")
+        document = read_json(paths.stage_times)
+        recorded = document.get("stages")
     except (RecsError, OSError):  # none, damaged, unreadable (EIO, a folder in its place)
         return
     if not isinstance(recorded, dict):
@@ -371,7 +379,7 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     amended.update({name: value for name, value in seconds.items() if value is not None})
     if amended != recorded:
         try:
-            write_json(paths.stage_times, {"stages": amended})
+            write_json(paths.stage_times, {**document, "stages": amended})
         except OSError as error:
             log.warning("could not record the stage times in %s: %s", paths.stage_times, error)
 
@@ -433,7 +441,11 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         if progress is not None:
             progress(name)
         t0 = time.perf_counter()
-        result = func(*args)
+        try:
+            result = func(*args)
+        except BaseException as error:
+            _record_times(paths, stages, stopped_at=(name, error))
+            raise
         stages[name] = {"seconds": round(time.perf_counter() - t0, 3), "result": result}
         _record_times(paths, stages)
         return result
@@ -473,8 +485,23 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
     }
 
 
-def _record_times(paths: RunPaths, stages: dict[str, Any]) -> None:
+def _record_times(
+    paths: RunPaths,
+    stages: dict[str, Any],
+    stopped_at: tuple[str, BaseException] | None = None,
+) -> None:
     """Save the wall seconds of the stages ``run_all`` has finished so far in
-    ``paths.stage_times`` (``{"stages": {name: seconds}}``), for ``recs report``: a DAG run's
-    come from Airflow's task instances, a ``recs run``'s from here."""
-    write_json(paths.stage_times, {"stages": {n: s["seconds"] for n, s in stages.items()}})
+    ``paths.stage_times`` (``{"stages": {name: seconds}}``), and the stage that raised, if
+    ``stopped_at`` (``"stopped_at": {"stage", "error"}``: its class and first 300 characters),
+    for ``recs summary`` and ``recs report``: a DAG run's come from Airflow's task instances, a
+    ``recs run``'s from here. (A newcomer's rerun stopped at build_graph; the summary said
+    nothing of it.)"""
+    document: dict[str, Any] = {"stages": {n: s["seconds"] for n, s in stages.items()}}
+    if stopped_at is not None:
+        stage, error = stopped_at
+        problem = " ".join(str(error).split())[:300]
+        document["stopped_at"] = {
+            "stage": stage,
+            "error": f"{type(error).__name__}: {problem}" if problem else type(error).__name__,
+        }
+    write_json(paths.stage_times, document)

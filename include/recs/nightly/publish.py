@@ -280,7 +280,7 @@ def _validated_summary(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     except RunNotFoundError:
         raise ValidationFailedError(
             f"refusing to publish run {paths.run_id}: it has not been validated "
-            f"(no {summary_path}); run validate_run first"
+            f"(no {summary_path}); run validate_run (`recs validate`) first"
         ) from None
     if summary.get("run_id") != paths.run_id:
         raise ValidationFailedError(
@@ -375,7 +375,8 @@ def _stage_version(
         if paths.shard_manifest(shard_id).is_file():
             raise ValidationFailedError(
                 f"refusing to publish run {paths.run_id}: shard {shard_id} had failed when the "
-                "run was validated and has been computed since; run validate_run again"
+                "run was validated and has been computed since; run validate_run again (`recs "
+                "validate`)"
             )
     source = _carry_over_source(paths, settings, failed, previous)
     eligible = eligible_users(paths.exports_dir).get_column("user_id") if failed else None
@@ -406,7 +407,7 @@ def _stage_version(
         if entry["status"] == COMPUTED and digest != validated[shard_id]["sha256"]:
             raise ValidationFailedError(
                 f"refusing to publish run {paths.run_id}: shard {shard_id} changed since it "
-                "was validated; run validate_run again"
+                "was validated; run validate_run again (`recs validate`)"
             )
         shards.append(
             {

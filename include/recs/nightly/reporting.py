@@ -27,7 +27,9 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     (second-hop expansions counted), ``shard_seconds`` (summed) and the rates
     ``traversals_per_shard_second`` and ``traversals_per_kernel_second``; the gate's outcome
     ``validation`` ("passed", "failed", "errored", "nothing_to_validate", "not_run") and
-    ``validation_stale`` (a shard computed after it); ``published``, one of
+    ``validation_stale`` (a shard computed after it); ``stopped_at``, the stage the last
+    ``recs run`` of the run raised in and its error (``{"stage", "error"}``, else None; a DAG
+    run's failures are Airflow's to show); ``published``, one of
     ``PUBLICATION_STATES``, and ``published_detail``, the same in words; ``in_progress``, whether
     a process holds the run's lock now (``locks.in_progress``: a rerun or a stage; None when its
     lock file cannot be read). (A newcomer read
@@ -75,6 +77,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "traversals_per_kernel_second": int(traversals / kernel_seconds) if kernel_seconds else 0,
         "validation": _outcome(validation),
         "validation_stale": _stale(validation_file, newest_shard),
+        "stopped_at": _stopped_at(paths),
     }
     totals["published"], totals["published_detail"] = _publication(home, paths)
     # a newcomer read a rerun's figures mid-way as its result: they are the last attempt's
@@ -147,6 +150,16 @@ def _stale(validation_file: Path, newest_shard: float | None) -> bool:
     return newest_shard is not None and newest_shard > judged
 
 
+def _stopped_at(paths: RunPaths) -> dict[str, str] | None:
+    """The stage the last ``recs run`` raised in, as ``pipeline._record_times`` saved it in
+    ``paths.stage_times``; None if none did or the record is missing or unreadable."""
+    try:
+        stopped = read_json(paths.stage_times).get("stopped_at")
+    except (RecsError, OSError):
+        return None
+    return stopped if isinstance(stopped, dict) and "stage" in stopped else None
+
+
 def _outcome(validation: dict[str, Any] | None) -> str:
     """The gate's outcome: its summary's ``outcome`` (``passed``, ``failed``, ``errored``,
     ``nothing_to_validate``), or ``not_run`` without one."""
@@ -166,6 +179,11 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
     stale = " (stale: shards were computed since; `recs validate` judges them)"
     lines.update(
         {
+            **(
+                {"last recs run": f"stopped at {stopped['stage']}: {stopped.get('error', '?')}"}
+                if (stopped := totals.get("stopped_at"))
+                else {}
+            ),
             "shards done": f"{totals['shards_done']} of {totals['shard_count']}",
             "shards not computed": not_computed or "none",
             "eligible users": totals["eligible_users"],

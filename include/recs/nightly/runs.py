@@ -27,8 +27,9 @@ Layout of one run (``RunPaths``)::
         validation/                     validate_run: the gate's verdict summary.json, every
                                         check's results.json, Data Docs
             shards/shard_id=NNN/results.json    validate_shards: one shard's gate
-        stage_times.json                recs run (run_all): each stage's wall seconds so far;
-                                        a gate or publish run alone amends it
+        stage_times.json                recs run (run_all): each stage's wall seconds so far
+                                        and the stage it stopped at, if one raised; a gate or
+                                        publish run alone amends the seconds
         .lock  .locks/                  flock files: the run's lock, each shard's and each
                                         graph piece's (``locks``); a lock dies with its process
 

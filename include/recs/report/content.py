@@ -244,7 +244,8 @@ def stage_timings(
     (``source: "files"``, no start or end): the wall seconds ``recs run`` recorded per stage
     (``RunPaths.stage_times``, amended by a stage run alone), else dbt's elapsed time for
     ``build_models`` and the sum of the shard seconds for ``traverse_shard``; a stage with
-    neither has None."""
+    neither has None; the stage that last ``recs run`` raised in has state ``failed`` and no
+    seconds."""
     if task_instances:
         return _airflow_stages(task_instances)
     dbt = _read(paths.run_dir / DBT_RESULTS) or {}
@@ -253,13 +254,16 @@ def stage_timings(
         "build_models": dbt.get("elapsed_time"),
         "traverse_shard": round(sum(shard_seconds), 3) if shard_seconds else None,
     }
-    recorded = (_read(paths.stage_times) or {}).get("stages")
+    times = _read(paths.stage_times) or {}
+    recorded = times.get("stages")
     if isinstance(recorded, dict):
         seconds.update(
             {name: value for name, value in recorded.items() if isinstance(value, int | float)}
         )
+    stopped = (times.get("stopped_at") or {}).get("stage")  # the last `recs run` raised there
     return [
-        {"stage": stage, "state": None, "seconds": seconds.get(stage), "start": None,
+        {"stage": stage, "state": "failed" if stage == stopped else None,
+         "seconds": None if stage == stopped else seconds.get(stage), "start": None,
          "end": None, "offset": None, "tries": None, "mapped": stage in MAPPED_STAGES,
          "source": "files"}
         for stage in STAGES

@@ -64,8 +64,13 @@ def in_degree_sums(snapshot_dir: Path) -> tuple[int, int, int]:
     )
 
 
+class InDegreeMismatchError(CorruptFileError):
+    """The in-degrees do not weigh up to the follow edges (``check``): no retry mends it, only
+    a snapshot made again (the DAG's build_graph fails at once on it)."""
+
+
 def check(paths: Any, counts: Any) -> None:
-    """Raise ``CorruptFileError`` (one line, every sum, the command that mends it) unless the
+    """Raise ``InDegreeMismatchError`` (one line, every sum, the command that mends it) unless the
     in-degrees of ``paths.snapshot_dir`` (a ``RunPaths``) weigh up to ``counts``
     (``capped_rows.EdgeCounts`` of every piece, added up) as the module docstring says."""
     snapshot_dir = paths.snapshot_dir
@@ -83,10 +88,11 @@ def check(paths: Any, counts: Any) -> None:
         for name, mine, theirs in zip(names, counted, edges, strict=True)
         if mine != theirs
     )
-    raise CorruptFileError(
+    raise InDegreeMismatchError(
         f"the in-degrees of run {paths.run_id} ({Path(snapshot_dir) / IN_DEGREES_FILE}) do not "
         f"match its follow edges' active follows ({differ}): the file or the edges changed after "
         "the freeze counted them, or the file is another snapshot's; make the date's snapshot "
-        f"again from the live store: `recs run {paths.snapshot_date.isoformat()} --run-id "
-        f"{paths.run_id} --rebuild-snapshot` (the DAG's rebuild_snapshot param)"
+        "again from the live store: `recs run --snapshot-date "
+        f"{paths.snapshot_date.isoformat()} --run-id {paths.run_id} --rebuild-snapshot` (the DAG's "
+        "rebuild_snapshot param)"
     )

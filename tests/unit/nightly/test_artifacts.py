@@ -202,19 +202,52 @@ def test_withdraw_shards_keeps_only_this_plan(store, tmp_path, monkeypatch):
     assert store.fs.find(store.remote(a, "shards/shard_id=003")) == []
 
 
-def test_withdraw_verdict_leaves_a_publish_elsewhere_nothing_to_take(store, tmp_path, monkeypatch):
-    """A rerun froze its snapshot again (``pipeline.withdraw_results``): the earlier attempt's
-    verdict is withdrawn from the store, so machine b's publish finds no complete validation
-    (its files stay until the gate pushes its own)."""
+def test_a_rerun_frozen_again_withdraws_the_earlier_attempt_from_the_store(
+    store, tmp_path, monkeypatch
+):
+    """``pipeline.withdraw_results``, as a rerun's freeze calls it: the earlier attempt's
+    shards, graph and verdict are withdrawn from the store (the snapshot stays), so machine b
+    finds no complete graph or validation to traverse or publish with (the files stay until
+    this attempt pushes its own); locally the same files are gone."""
+    from recs.nightly import pipeline
+
     a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
-    write(a, {"validation/summary.json": b'{"outcome": "passed"}'})
-    store.push(a, VALIDATION)
+    done = {
+        "snapshot/manifest.json": b"{}",
+        "graph/meta.json": b"{}",
+        "validation/summary.json": b'{"outcome": "passed"}',
+        "validation/results.json": b"{}",
+        **{f"shards/shard_id={i:03d}/manifest.json": b"{}" for i in range(2)},
+    }
+    write(a, done)
+    for part in (SNAPSHOT, GRAPH, VALIDATION, shard_part(0), shard_part(1)):
+        store.push(a, part)
     monkeypatch.setattr(artifacts, "run_store", lambda: store)
-    artifacts.withdraw_verdict(a)
-    assert store.marker(a, VALIDATION) is None
+    pipeline.withdraw_results(a, 2)
+    assert store.marker(a, SNAPSHOT) is not None
+    for part in (GRAPH, VALIDATION, shard_part(0), shard_part(1)):
+        assert store.marker(a, part) is None, part.name
     assert store.fs.exists(store.remote(a, "validation/summary.json"))
-    with pytest.raises(ArtifactNotFoundError, match="has no complete validation"):
-        store.pull(b, VALIDATION)
+    for part, name in ((GRAPH, "graph"), (VALIDATION, "validation")):
+        with pytest.raises(ArtifactNotFoundError, match=f"has no complete {name}"):
+            store.pull(b, part)
+    assert sorted(tree(a)) == ["snapshot/manifest.json"]
+
+
+def test_a_freeze_that_fails_keeps_the_stores_snapshot(store, tmp_path, monkeypatch):
+    """(From a review.) A rerun's freeze refused (a plan too large for Airflow, the store
+    away): the snapshot marker the earlier attempt pushed stays, so it can still be published;
+    a freeze that succeeds replaces it (``push`` withdraws it first)."""
+    from recs.errors import ShardPlanError
+
+    a = machine(tmp_path, "a")
+    write(a, {"snapshot/manifest.json": b'{"settings": {"shard_count": 1}}'})
+    store.push(a, SNAPSHOT)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    with pytest.raises(ShardPlanError):
+        with artifacts.synced(a, "freeze_snapshot"):
+            raise ShardPlanError("injected: 2,000 shards, more than max_map_length 1,024")
+    assert store.marker(a, SNAPSHOT) is not None
 
 
 def graph_files(version: bytes) -> dict[str, bytes]:

@@ -1291,3 +1291,33 @@ def test_a_run_picked_among_others_of_its_date_is_named_with_them(recs, tmp_path
         assert code == 0 and err == [note], args
     code, _, err = recs("summary", "--snapshot-date", "2026-11-01", "--run-id", "night_1")
     assert code == 0 and err == []
+
+
+def test_summary_and_report_name_the_stage_a_recs_run_stopped_at(recs, tmp_path):
+    """(From a newcomer, whose rerun stopped at build_graph: neither said so.) ``recs run``
+    records the stage it raised in beside the stage times (``pipeline._record_times``): the
+    summary prints it with the error, the report marks the stage failed and names it; a gate
+    run alone amends the times and keeps it (it is the last `recs run`'s)."""
+    paths, settings = write_good_run(tmp_path / "home")
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    paths.stage_times.write_text(json.dumps({
+        "stages": {"freeze_snapshot": 1.5, "build_models": 9.0, "validate_run": 1234.5},
+        "stopped_at": {"stage": "build_graph", "error": "InDegreeMismatchError: injected"},
+    }))  # fmt: skip
+    day = paths.snapshot_date.isoformat()
+    code, out, _ = recs("summary", "--snapshot-date", day, "--json")
+    totals = json.loads(out)["totals"]
+    assert code == 0 and totals["stopped_at"] == {
+        "stage": "build_graph", "error": "InDegreeMismatchError: injected"
+    }  # fmt: skip
+    code, out, _ = recs("report", "--snapshot-date", day, "--json")
+    stages = {row["stage"]: (row["state"], row["seconds"]) for row in json.loads(out)["stages"]}
+    assert stages["build_graph"] == ("failed", None) and stages["build_models"] == (None, 9.0)
+    code, out, _ = recs("report", "--snapshot-date", day)
+    line = next(line for line in out.splitlines() if "failed stages" in line)
+    assert code == 0 and "build_graph" in line, out
+    assert recs("validate", "--snapshot-date", day)[0] == 0
+    recorded = json.loads(paths.stage_times.read_text())
+    assert recorded["stages"]["validate_run"] != 1234.5
+    assert recorded["stopped_at"]["stage"] == "build_graph"

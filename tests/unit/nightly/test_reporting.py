@@ -46,6 +46,7 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "traversals_per_kernel_second": 2_000,
         "validation": "not_run",
         "validation_stale": False,
+        "stopped_at": None,
         "published": "no",
         "published_detail": "no",
         "in_progress": False,

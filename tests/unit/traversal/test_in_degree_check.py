@@ -15,10 +15,10 @@ import pytest
 from test_graph import tiny_graph
 
 from recs.contracts import IN_DEGREE_SCHEMA, IN_DEGREES_FILE
-from recs.errors import CorruptFileError, RunNotFoundError
+from recs.errors import RunNotFoundError
 from recs.sampling import mix64_int
 from recs.traversal.graph import build_graph
-from recs.traversal.in_degree_check import followee_sums, in_degree_sums
+from recs.traversal.in_degree_check import InDegreeMismatchError, followee_sums, in_degree_sums
 
 BY_HAND = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (99, 1)]
 MASK = (1 << 64) - 1
@@ -74,7 +74,7 @@ def test_in_degrees_that_do_not_match_the_edges_stop_the_graph_build(
     pl.DataFrame(rows, schema=IN_DEGREE_SCHEMA, orient="row").write_parquet(
         paths.snapshot_dir / IN_DEGREES_FILE
     )
-    with pytest.raises(CorruptFileError) as caught:
+    with pytest.raises(InDegreeMismatchError) as caught:
         build_graph(paths, settings)
     message = str(caught.value)
     assert message.startswith(
@@ -83,8 +83,9 @@ def test_in_degrees_that_do_not_match_the_edges_stop_the_graph_build(
     )
     assert differ in message and "\n" not in message
     assert message.endswith(
-        f"from the live store: `recs run {paths.snapshot_date.isoformat()} --run-id test_run "
-        "--rebuild-snapshot` (the DAG's rebuild_snapshot param)"
+        "from the live store: `recs run --snapshot-date "
+        f"{paths.snapshot_date.isoformat()} --run-id test_run --rebuild-snapshot` (the DAG's "
+        "rebuild_snapshot param)"
     )
     assert f"against {hashed(BY_HAND):,})" in message
     assert not (paths.graph_dir / "meta.json").exists()
