@@ -200,6 +200,10 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     stopped = after["totals"]["stopped_at"]
     assert stopped["stage"] == "build_graph"
     assert stopped["error"].startswith("InDegreeMismatchError: the in-degrees of run night_1 (")
+    assert stopped["error"].endswith(  # whole, its remedy with it
+        "`recs run --snapshot-date 2026-11-01 --run-id night_1 --rebuild-snapshot` (the DAG's "
+        "rebuild_snapshot param)"
+    )
     assert total_lines(after)["last recs run"] == f"stopped at build_graph: {stopped['error']}"
     states = {row["stage"]: row["state"] for row in run_report(paths)["stages"]}
     assert states["build_graph"] == "failed" and states["build_models"] is None
@@ -210,3 +214,26 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     assert run_summary(home, "2026-11-01", "night_1")["totals"]["stopped_at"] == stopped
     assert current_version(settings.published_dir) == "night_1"
     assert version_manifest(settings.published_dir, "night_1")["validation"]["success"] is True
+
+
+def test_ctrl_c_among_the_shards_is_recorded_as_where_the_run_stopped(home, monkeypatch):
+    """(From a review.) A `recs run` interrupted while shard 1 runs: the interrupt stops the run
+    (it is not a failed shard to carry over) and the summary says where it stopped; shard 0
+    counts as computed, the others do not."""
+    settings = settings_for(home)
+    real = pipeline.traverse_shard
+
+    def interrupted(paths, shard_id):
+        if shard_id == 1:
+            raise KeyboardInterrupt
+        return real(paths, shard_id)
+
+    monkeypatch.setattr(pipeline, "traverse_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run_all(home, "2026-11-02", "night_2", settings)
+    summary = run_summary(home, "2026-11-02", "night_2")
+    assert summary["totals"]["stopped_at"] == {
+        "stage": "traverse_shard", "error": "KeyboardInterrupt"
+    }  # fmt: skip
+    assert summary["failed_shards"] == [1, 2, 3]
+    assert current_version(settings.published_dir) == "night_1"

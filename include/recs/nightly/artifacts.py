@@ -20,7 +20,9 @@ The contract, atomic from a reader's point of view:
 - A part is trusted only through its marker ``.parts/<part>.json``, which ``push`` writes last:
   every file's relative path, size, sha256 and mtime (ns), and the part's ``checksum`` (sha256
   of the paths and digests; ``entries``). A stage withdraws the markers of what it writes when
-  it starts (``forget``), as its local code removes its own manifests first, and ``push``
+  it starts (``forget``), as its local code removes its own manifests first (the freeze
+  excepted: it swaps its snapshot in whole at its end, so one refused leaves the earlier
+  attempt's usable; ``parts.stage_outputs``), and ``push``
   removes the marker before it uploads: a task or a push that dies half-way leaves no marker,
   so nothing a later task trusts.
 - ``pull`` downloads the files of the marker a stage reads (``stage_inputs``) into a staging

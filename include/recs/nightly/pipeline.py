@@ -365,7 +365,8 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     attempt of the stage: the stage's figure stands. Only where ``recs run`` recorded times
     (``_record_times``): a DAG run's come from Airflow; a damaged or unreadable record is left
     to the report, and one that cannot be written (a full disk) only logs: the stage's own
-    outcome stands.
+    outcome stands. A stage that passes here clears the record of the last ``recs run``
+    stopping at it (a review's publish passed and the report still showed it failed).
     """
     try:
         document = read_json(paths.stage_times)
@@ -377,9 +378,12 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     forgotten = {name for name, value in seconds.items() if value is None}
     amended = {name: value for name, value in recorded.items() if name not in forgotten}
     amended.update({name: value for name, value in seconds.items() if value is not None})
-    if amended != recorded:
-        try:
-            write_json(paths.stage_times, {**document, "stages": amended})
+    stopped = document.get("stopped_at")
+    passed = isinstance(stopped, dict) and seconds.get(stopped.get("stage")) is not None
+    if amended != recorded or passed:
+        kept = {k: v for k, v in document.items() if not (passed and k == "stopped_at")}
+        try:  # where the last `recs run` stopped, until that stage has passed on its own
+            write_json(paths.stage_times, {**kept, "stages": amended})
         except OSError as error:
             log.warning("could not record the stage times in %s: %s", paths.stage_times, error)
 
@@ -444,7 +448,7 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
         try:
             result = func(*args)
         except BaseException as error:
-            _record_times(paths, stages, stopped_at=(name, error))
+            _record_stop(paths, stages, name, error)
             raise
         stages[name] = {"seconds": round(time.perf_counter() - t0, 3), "result": result}
         _record_times(paths, stages)
@@ -462,6 +466,9 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
             progress(f"traverse_shard {shard_id:03d}")
         try:
             shard_results.append(traverse_shard(paths, shard_id))
+        except (KeyboardInterrupt, SystemExit) as error:  # the run stops, not only the shard
+            _record_stop(paths, stages, "traverse_shard", error)
+            raise
         except Exception as error:  # noqa: BLE001 - a failed shard is carried over, not fatal
             message = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
             log.warning("run %s: shard %03d failed: %s", paths.run_id, shard_id, message)
@@ -485,23 +492,37 @@ def _run_all(paths: RunPaths, settings, progress, rebuild_snapshot: bool) -> dic
     }
 
 
+STOP_ERROR_CHARACTERS = 2000
+"""How much of the error ``_record_stop`` keeps: our messages are one line, the remedy last
+(a review found the in-degrees' cut at 300 before the command that mends them)."""
+
+
 def _record_times(
-    paths: RunPaths,
-    stages: dict[str, Any],
-    stopped_at: tuple[str, BaseException] | None = None,
+    paths: RunPaths, stages: dict[str, Any], stopped_at: dict[str, str] | None = None
 ) -> None:
     """Save the wall seconds of the stages ``run_all`` has finished so far in
-    ``paths.stage_times`` (``{"stages": {name: seconds}}``), and the stage that raised, if
-    ``stopped_at`` (``"stopped_at": {"stage", "error"}``: its class and first 300 characters),
-    for ``recs summary`` and ``recs report``: a DAG run's come from Airflow's task instances, a
-    ``recs run``'s from here. (A newcomer's rerun stopped at build_graph; the summary said
-    nothing of it.)"""
+    ``paths.stage_times`` (``{"stages": {name: seconds}}``), and ``stopped_at`` if given, for
+    ``recs summary`` and ``recs report``: a DAG run's come from Airflow's task instances, a
+    ``recs run``'s from here."""
     document: dict[str, Any] = {"stages": {n: s["seconds"] for n, s in stages.items()}}
     if stopped_at is not None:
-        stage, error = stopped_at
-        problem = " ".join(str(error).split())[:300]
-        document["stopped_at"] = {
-            "stage": stage,
-            "error": f"{type(error).__name__}: {problem}" if problem else type(error).__name__,
-        }
+        document["stopped_at"] = stopped_at
     write_json(paths.stage_times, document)
+
+
+def _record_stop(
+    paths: RunPaths, stages: dict[str, Any], stage: str, error: BaseException
+) -> None:
+    """``_record_times`` with the stage ``run_all`` stopped at: ``{"stage", "error"}`` (its
+    class and message, whitespace folded, ``STOP_ERROR_CHARACTERS`` at most). (A newcomer's
+    rerun stopped at build_graph; the summary said nothing of it.) A record that cannot be
+    written only logs: the stage's error is the run's."""
+    problem = " ".join(str(error).split())[:STOP_ERROR_CHARACTERS]
+    stopped = {
+        "stage": stage,
+        "error": f"{type(error).__name__}: {problem}" if problem else type(error).__name__,
+    }
+    try:
+        _record_times(paths, stages, stopped)
+    except OSError as failed:  # a full disk: the stage's own error stands
+        log.warning("could not record where run %s stopped: %s", paths.run_id, failed)

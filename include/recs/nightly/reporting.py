@@ -192,7 +192,7 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "recommendation rows": totals["recommendation_rows"],
             "traversals": totals["traversals"],
             "shard seconds (sum)": totals["shard_seconds"],
-            "traversals per shard second (the shards' own timers, compile included)": totals[
+            "traversals per shard second (compile included)": totals[
                 "traversals_per_shard_second"
             ],
             "traversals per kernel second (compile excluded)": totals[

@@ -260,7 +260,8 @@ def stage_timings(
         seconds.update(
             {name: value for name, value in recorded.items() if isinstance(value, int | float)}
         )
-    stopped = (times.get("stopped_at") or {}).get("stage")  # the last `recs run` raised there
+    stopped_at = times.get("stopped_at")  # the last `recs run` raised there
+    stopped = stopped_at.get("stage") if isinstance(stopped_at, dict) else None
     return [
         {"stage": stage, "state": "failed" if stage == stopped else None,
          "seconds": None if stage == stopped else seconds.get(stage), "start": None,

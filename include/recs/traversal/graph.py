@@ -180,9 +180,9 @@ def assemble_graph(
     **meta counts}``.
     Raises ``RunNotFoundError`` if ``users.parquet``, ``in_degrees.parquet``, the plan or the
     candidate profiles export is missing, ``StalePieceError`` naming the partitions whose pieces
-    are missing or stale, ``CorruptFileError`` if the snapshot's in-degrees do not match its
-    follow edges (``in_degree_check``, before anything is written) and ``SchemaMismatchError``
-    if ``user_id`` is not Int64.
+    are missing or stale, ``in_degree_check.InDegreeMismatchError`` (a ``CorruptFileError``) if
+    the snapshot's in-degrees do not match its follow edges (before anything is written) and
+    ``SchemaMismatchError`` if ``user_id`` is not Int64.
     """
     started = time.perf_counter() if started is None else started
     context = context or graph_context(paths, settings)

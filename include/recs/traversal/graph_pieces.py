@@ -2,7 +2,9 @@
 the assembly (``graph.assemble_graph``), so the night's DAG spreads the capping over workers.
 
 ``plan_pieces`` writes ``graph_pieces/plan.json`` (the partitions with their files and rows
-from the snapshot manifest, and the inputs every piece must be computed from) and
+from the snapshot manifest, the inputs every piece must be computed from, and a ``plan_id`` of
+its own, so no two plans share bytes: a graph kept as assembled from this plan, on any worker,
+was) and
 ``reciprocal_pairs.npy`` (the follows followed back, when ``hop1_order`` or ``hop2_order`` is
 ``reciprocity``: one pass over every partition, 8 bytes per follow; empty otherwise).
 ``cap_pieces`` caps the follows of some partitions (``capped_rows``, ``GRAPH_THREADS`` files at
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -175,7 +178,11 @@ class GraphContext:
 def plan_pieces(paths, settings) -> dict[str, Any]:
     """Write the run's graph plan, ``graph_pieces/plan.json`` and ``reciprocal_pairs.npy``
     (module docstring), and withdraw the built graph's ``meta.json`` (it is built again from
-    this plan); returns the plan ``{"inputs", "partitions", "reciprocity"}``."""
+    this plan); returns the plan ``{"plan_id", "inputs", "partitions", "files", "rows",
+    "reciprocity"}``. ``plan_id`` is new each time: the same snapshot and settings planned again
+    (a rerun) give another plan, so a worker whose graph an earlier plan assembled (its
+    ``meta.json`` names that plan's sha256) assembles again instead of keeping it (a review's
+    second machine kept the first attempt's graph, unchecked against the rerun's in-degrees)."""
     folder = pieces_dir(paths)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "plan.json").unlink(missing_ok=True)  # a plan half rewritten is no plan
@@ -189,6 +196,7 @@ def plan_pieces(paths, settings) -> dict[str, Any]:
     save_npy(folder / "reciprocal_pairs.npy", codes)
     partitions = snapshot_partitions(paths)
     plan = {
+        "plan_id": uuid.uuid4().hex,
         "inputs": piece_inputs(paths, settings),
         "partitions": list(partitions),
         "files": {str(shard_id): entry["files"] for shard_id, entry in partitions.items()},

@@ -1321,3 +1321,49 @@ def test_summary_and_report_name_the_stage_a_recs_run_stopped_at(recs, tmp_path)
     recorded = json.loads(paths.stage_times.read_text())
     assert recorded["stages"]["validate_run"] != 1234.5
     assert recorded["stopped_at"]["stage"] == "build_graph"
+
+
+def test_a_stage_that_passes_alone_clears_where_recs_run_stopped_at_it(recs, tmp_path):
+    """(From a review: a publish that failed in `recs run`, then passed on its own, still showed
+    as failed.) The last `recs run` stopped at validate_run; `recs validate` passes and clears
+    it. A record whose ``stopped_at`` is not an object (damaged) is ignored by the summary and
+    the report alike (the report raised AttributeError)."""
+    paths, settings = write_good_run(tmp_path / "home")
+    paths.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    paths.snapshot_manifest.write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
+    day = paths.snapshot_date.isoformat()
+    for damaged in ("build_graph", ["build_graph"]):
+        paths.stage_times.write_text(json.dumps({"stages": {}, "stopped_at": damaged}))
+        code, out, _ = recs("report", "--snapshot-date", day, "--json")
+        assert code == 0 and {r["state"] for r in json.loads(out)["stages"]} == {None}
+        code, out, _ = recs("summary", "--snapshot-date", day, "--json")
+        assert code == 0 and json.loads(out)["totals"]["stopped_at"] is None
+    paths.stage_times.write_text(json.dumps({
+        "stages": {"freeze_snapshot": 1.5},
+        "stopped_at": {"stage": "validate_run", "error": "ValidationEngineError: injected"},
+    }))  # fmt: skip
+    assert recs("validate", "--snapshot-date", day)[0] == 0
+    recorded = json.loads(paths.stage_times.read_text())
+    assert "stopped_at" not in recorded and recorded["stages"]["freeze_snapshot"] == 1.5
+    assert isinstance(recorded["stages"]["validate_run"], float)
+
+
+def test_where_recs_run_stopped_is_not_written_over_its_error(tmp_path, monkeypatch):
+    """(From a review.) The record of where `recs run` stopped cannot be written (a full disk):
+    a warning, and the stage's own error is the one raised (the CLI's exit code is its)."""
+    from recs.errors import CorruptFileError
+    from recs.nightly import pipeline
+    from recs.nightly.runs import RunPaths
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.run_dir.mkdir(parents=True)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "write_json", disk_full)
+    try:
+        raise CorruptFileError("injected: the stage's own error")
+    except CorruptFileError as error:
+        pipeline._record_stop(paths, {}, "build_graph", error)  # does not raise
+    assert not paths.stage_times.exists()

@@ -20,7 +20,7 @@ from traversal_fixtures import (
     write_run,
 )
 
-from recs.contracts import SNAPSHOT_SCHEMAS
+from recs.contracts import IN_DEGREES_FILE, SNAPSHOT_SCHEMAS
 from recs.errors import CorruptFileError, RunNotFoundError, SchemaMismatchError
 from recs.files import read_json, write_json
 from recs.sampling import capped_follows, sample_keys
@@ -510,6 +510,41 @@ def listed_in_manifest(paths) -> None:
     ]
     write_json(paths.snapshot_manifest, {**read_json(paths.snapshot_manifest),
                                          "follow_edges_shards": shards})
+
+
+def test_a_graph_an_earlier_plan_assembled_is_not_kept_for_the_same_plan_made_again(tmp_path):
+    """(From a review: with a run store, a second worker kept the first attempt's graph for a
+    rerun whose snapshot and settings, so whose plan, were byte for byte the same, and skipped
+    the in-degree check.) The same snapshot and settings planned again give another plan
+    (``plan_id``): a worker's graph with the earlier plan's ``meta.json`` is assembled again,
+    from this plan's pieces, and its check runs."""
+    import shutil
+
+    from recs.traversal.graph import assemble_graph
+    from recs.traversal.graph_pieces import cap_pieces, plan_pieces
+    from recs.traversal.in_degree_check import InDegreeMismatchError
+
+    paths, settings, _ = many_partitions(tmp_path)
+    listed_in_manifest(paths)
+    first = plan_pieces(paths, settings)
+    cap_pieces(paths, settings, list(range(6)))
+    assemble_graph(paths, settings)
+    other_worker = tmp_path / "graph of the first attempt"
+    shutil.copytree(paths.graph_dir, other_worker)
+    second = plan_pieces(paths, settings)
+    assert second["plan_id"] != first["plan_id"]
+    assert {k: v for k, v in second.items() if k != "plan_id"} == {
+        k: v for k, v in first.items() if k != "plan_id"
+    }
+    cap_pieces(paths, settings, list(range(6)))
+    shutil.rmtree(paths.graph_dir)
+    shutil.copytree(other_worker, paths.graph_dir)  # this worker's copy, as the first made it
+    degrees = paths.snapshot_dir / IN_DEGREES_FILE
+    frame = pl.read_parquet(degrees)
+    degrees.unlink()
+    frame.with_columns(pl.col("in_degree") + 1).write_parquet(degrees)
+    with pytest.raises(InDegreeMismatchError):
+        assemble_graph(paths, settings)
 
 
 def test_a_partition_is_capped_from_the_manifests_files_and_rows(tmp_path):
