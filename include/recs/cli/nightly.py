@@ -87,13 +87,27 @@ def run(
     _report_carry_over(result["stages"]["publish_run"]["result"])
 
 
+def _compared_with(compared: str | None, run_id: str) -> str:
+    """The version a gate compared with, for people: a rerun of a published run id compared
+    with its own earlier publication (a newcomer read the run compared with itself)."""
+    if compared is None:
+        return "nothing (skipped)"
+    if compared == run_id:
+        return f"{compared} (its own earlier publication, which this one replaced)"
+    return compared
+
+
 def _run_outcome(doc: dict) -> str:
     """How a finished ``recs run`` ended, in one line: what was published, what ``CURRENT``
     names now and what the gate compared with (``run_all``'s publish and gate results)."""
     published = doc["stages"]["publish_run"]["result"]
     gate = doc["stages"]["validate_run"]["result"]
     skipped = [item.get("reason") for item in gate.get("skipped") or [] if item.get("reason")]
-    compared = gate.get("compared_with") or f"nothing ({skipped[0] if skipped else 'skipped'})"
+    compared = (
+        _compared_with(gate["compared_with"], doc["run_id"])
+        if gate.get("compared_with")
+        else f"nothing ({skipped[0] if skipped else 'skipped'})"
+    )
     figures = f"{published['users']:,} users with lists, {published['rows']:,} rows"
     if published["current"]:
         where = f"CURRENT now names it (was {published['previous'] or 'none'})"
@@ -451,7 +465,7 @@ def runs_show(
                 "users": doc.get("users", 0),
                 "rows": doc.get("rows", 0),
                 "validation": "passed" if validation.get("success") else "not passed",
-                "compared with": validation.get("compared_with") or "nothing (skipped)",
+                "compared with": _compared_with(validation.get("compared_with"), run_id),
                 "rollback target": doc["predecessor"] or "none",
             },
         )

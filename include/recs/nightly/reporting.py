@@ -151,7 +151,7 @@ def _stale(validation_file: Path, newest_shard: float | None) -> bool:
 
 
 def _stopped_at(paths: RunPaths) -> dict[str, str] | None:
-    """The stage the last ``recs run`` raised in, as ``pipeline._record_times`` saved it in
+    """The stage the last ``recs run`` raised in, as ``pipeline._record_stop`` saved it in
     ``paths.stage_times``; None if none did or the record is missing or unreadable."""
     try:
         stopped = read_json(paths.stage_times).get("stopped_at")

@@ -113,7 +113,7 @@ def run_report(
     shards = shard_rows(paths, shard_count, version, task_instances)
     damaged = damaged_files(paths, shard_count)
     outcome = (summary or {}).get("outcome", "not validated")
-    if summary is None and (paths.validation_summary).exists():
+    if summary is None and paths.validation_summary.exists():
         outcome = "unreadable"
     return {
         "damaged": damaged,
@@ -172,7 +172,7 @@ def shard_rows(
         for ti in task_instances or []
         if ti.get("task_id") == "traverse_shard" and _map_index(ti) >= 0
     }
-    validated = (paths.validation_summary).is_file()
+    validated = paths.validation_summary.is_file()
     rows = []
     for shard_id in range(int(shard_count)):
         manifest = _read(paths.shard_manifest(shard_id)) or {}

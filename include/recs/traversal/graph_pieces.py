@@ -2,9 +2,9 @@
 the assembly (``graph.assemble_graph``), so the night's DAG spreads the capping over workers.
 
 ``plan_pieces`` writes ``graph_pieces/plan.json`` (the partitions with their files and rows
-from the snapshot manifest, the inputs every piece must be computed from, and a ``plan_id`` of
-its own, so no two plans share bytes: a graph kept as assembled from this plan, on any worker,
-was) and
+from the snapshot manifest, the inputs every piece must be computed from, and a ``plan_id``
+new with each plan, so no two plans share bytes and a worker keeps a graph only for the plan
+that assembled it) and
 ``reciprocal_pairs.npy`` (the follows followed back, when ``hop1_order`` or ``hop2_order`` is
 ``reciprocity``: one pass over every partition, 8 bytes per follow; empty otherwise).
 ``cap_pieces`` caps the follows of some partitions (``capped_rows``, ``GRAPH_THREADS`` files at

@@ -13,7 +13,9 @@ accounts whose ids sum the same change the hashed one but for a 2**-64 chance). 
 the night before any shard task is traversed or published; dbt has built its models from it by
 then (the hubs, the profiles, the popularity index), and nothing reads them before
 ``build_graph``. The check runs once per assembly: a graph already assembled from the run's
-plan and kept by a retry of ``build_graph`` is not checked again (``plan_graph`` withdraws it).
+plan and kept by a retry of ``build_graph`` is not checked again (each ``plan_graph`` makes a
+plan of its own, with its own ``plan_id``, and withdraws it). A mismatch is an
+``InDegreeMismatchError``, which the DAG's ``build_graph`` does not retry.
 
 Why here: this was a dbt test scanning every follow edge in the build's one process (7.1 s of
 the 36.6 s build at 5 M users for the count alone, ``bench/README.md``); the pieces' sums cost

@@ -405,6 +405,13 @@ def test_recs_run_ends_with_how_it_ended():
         "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; CURRENT stays on "
         "cli__2026-11-05, a later snapshot; the gate compared with cli__2026-11-05"
     )  # the way to serve it is the publish's warning's (a newcomer read it twice)
+    # a rerun of the published run id replaces its own version (a newcomer read "compared with"
+    # the run itself)
+    assert _run_outcome(doc(True, "cli__2026-11-01", "cli__2026-11-01")) == (
+        "published cli__2026-11-01: 54,936 users with lists, 985,580 rows; CURRENT now names it "
+        "(was cli__2026-11-01); the gate compared with cli__2026-11-01 (its own earlier "
+        "publication, which this one replaced)"
+    )
 
 
 def test_serve_on_a_port_in_use_is_one_line_and_exit_2(recs):

@@ -41,6 +41,20 @@ EDGES = [
 ]
 
 
+def graph_files(graph_dir) -> dict[str, bytes]:
+    """Every file of a built graph by name, its bytes; ``meta.json`` without ``plan_sha256``,
+    the one field that differs between plans of the same snapshot and settings (each plan has
+    an id of its own, ``graph_pieces.plan_pieces``)."""
+    import json
+
+    files = {p.name: p.read_bytes() for p in sorted(graph_dir.iterdir())}
+    meta = json.loads(files["meta.json"])
+    assert len(meta.pop("plan_sha256")) == 64
+    files["meta.json"] = json.dumps(meta, sort_keys=True).encode()
+    return files
+
+
+
 def tiny_graph(tmp_path, hop2_cap=3):
     settings = settings_for(tmp_path, shard_count=2, hop2_cap=hop2_cap)
     paths = write_run(Fixture(users=users_with([5, 3, 1, 4, 2]), edges=EDGES), settings)
@@ -148,9 +162,9 @@ def test_old_graph_format_must_be_rebuilt(tmp_path):
 def test_rebuild_writes_identical_bytes(tmp_path):
     paths, settings = tiny_graph(tmp_path)
     build_graph(paths, settings)
-    first = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    first = graph_files(paths.graph_dir)
     build_graph(paths, settings)
-    second = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    second = graph_files(paths.graph_dir)
     assert first == second
     assert sorted(first) == [
         "account_active.npy", "activity.npy", "id_index.npy", "in_degree.npy", "indices.npy",
@@ -342,7 +356,7 @@ def test_partitions_capped_on_threads_give_the_bytes_of_one_thread(tmp_path, mon
     for threads in (1, 2, 3):
         monkeypatch.setattr(capped_rows, "GRAPH_THREADS", threads)
         build_graph(paths, settings)
-        built[threads] = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+        built[threads] = graph_files(paths.graph_dir)
     assert built[2] == built[1] and built[3] == built[1]
     meta = read_json(paths.graph_dir / "meta.json")
     pending = sum(status == "pending" for _, _, status in edges)
@@ -434,7 +448,7 @@ def test_the_graph_capped_by_partition_groups_is_the_one_process_graph(tmp_path,
     paths, _, _ = many_partitions(tmp_path)
     settings = settings_for(tmp_path, shard_count=6, hop2_cap=7, hop2_order=hop2_order)
     build_graph(paths, settings)
-    whole = {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())}
+    whole = graph_files(paths.graph_dir)
     shutil.rmtree(paths.graph_dir)
     shutil.rmtree(paths.run_dir / "graph_pieces")
 
@@ -444,7 +458,7 @@ def test_the_graph_capped_by_partition_groups_is_the_one_process_graph(tmp_path,
     for group in ([4, 5], [0, 1, 2], [3]):
         cap_pieces(paths, settings, group)
     assemble_graph(paths, settings)
-    assert {p.name: p.read_bytes() for p in sorted(paths.graph_dir.iterdir())} == whole
+    assert graph_files(paths.graph_dir) == whole
 
 
 def test_a_missing_or_stale_piece_is_refused_naming_its_partitions(tmp_path):
