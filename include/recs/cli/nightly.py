@@ -87,11 +87,12 @@ def run(
     _report_carry_over(result["stages"]["publish_run"]["result"])
 
 
-def _compared_with(compared: str | None, run_id: str) -> str:
-    """The version a gate compared with, for people: a rerun of a published run id compared
-    with its own earlier publication (a newcomer read the run compared with itself)."""
-    if compared is None:
-        return "nothing (skipped)"
+def _compared_with(compared: str | None, run_id: str, nothing: str = "nothing (skipped)") -> str:
+    """The version a gate compared with, for people (``nothing`` when it compared with none): a
+    rerun of a published run id compared with its own earlier publication (a newcomer read the
+    run compared with itself)."""
+    if not compared:
+        return nothing
     if compared == run_id:
         return f"{compared} (its own earlier publication, which this one replaced)"
     return compared
@@ -103,11 +104,8 @@ def _run_outcome(doc: dict) -> str:
     published = doc["stages"]["publish_run"]["result"]
     gate = doc["stages"]["validate_run"]["result"]
     skipped = [item.get("reason") for item in gate.get("skipped") or [] if item.get("reason")]
-    compared = (
-        _compared_with(gate["compared_with"], doc["run_id"])
-        if gate.get("compared_with")
-        else f"nothing ({skipped[0] if skipped else 'skipped'})"
-    )
+    nothing = f"nothing ({skipped[0] if skipped else 'skipped'})"
+    compared = _compared_with(gate.get("compared_with"), doc["run_id"], nothing)
     figures = f"{published['users']:,} users with lists, {published['rows']:,} rows"
     if published["current"]:
         where = f"CURRENT now names it (was {published['previous'] or 'none'})"

@@ -42,6 +42,7 @@ from recs.files import read_json, write_json
 from recs.nightly import shard_plan
 from recs.nightly.artifacts import synced, withdraw_graph_and_verdict, withdraw_shards
 from recs.nightly.locks import run_lock, shard_lock
+from recs.nightly.reporting import stopped_at
 from recs.nightly.runs import RunPaths, check_shard
 
 log = logging.getLogger(__name__)
@@ -378,8 +379,8 @@ def _amend_times(paths: RunPaths, seconds: dict[str, float | None]) -> None:
     forgotten = {name for name, value in seconds.items() if value is None}
     amended = {name: value for name, value in recorded.items() if name not in forgotten}
     amended.update({name: value for name, value in seconds.items() if value is not None})
-    stopped = document.get("stopped_at")
-    passed = isinstance(stopped, dict) and seconds.get(stopped.get("stage")) is not None
+    stopped = stopped_at(document)
+    passed = stopped is not None and seconds.get(stopped["stage"]) is not None
     if amended != recorded or passed:
         kept = {k: v for k, v in document.items() if not (passed and k == "stopped_at")}
         try:  # where the last `recs run` stopped, until that stage has passed on its own

@@ -150,14 +150,21 @@ def _stale(validation_file: Path, newest_shard: float | None) -> bool:
     return newest_shard is not None and newest_shard > judged
 
 
+def stopped_at(stage_times: dict[str, Any] | None) -> dict[str, str] | None:
+    """The stage the last ``recs run`` raised in, ``{"stage", "error"}``, from the document of
+    ``RunPaths.stage_times`` as ``pipeline._record_stop`` saved it; None if none did, or the
+    document or its entry is missing or damaged (the one reading of it: the summary, the
+    report and ``pipeline._amend_times``)."""
+    stopped = (stage_times or {}).get("stopped_at")
+    return stopped if isinstance(stopped, dict) and "stage" in stopped else None
+
+
 def _stopped_at(paths: RunPaths) -> dict[str, str] | None:
-    """The stage the last ``recs run`` raised in, as ``pipeline._record_stop`` saved it in
-    ``paths.stage_times``; None if none did or the record is missing or unreadable."""
+    """``stopped_at`` of the run's ``paths.stage_times``; None if it cannot be read."""
     try:
-        stopped = read_json(paths.stage_times).get("stopped_at")
+        return stopped_at(read_json(paths.stage_times))
     except (RecsError, OSError):
         return None
-    return stopped if isinstance(stopped, dict) and "stage" in stopped else None
 
 
 def _outcome(validation: dict[str, Any] | None) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import RunNotFoundError
+from recs.nightly.reporting import stopped_at
 from recs.nightly.runs import RunPaths, check_run_id, parse_snapshot_date, run_id_from_airflow
 from recs.published import MANIFEST_FILE, current_version, version_dir
 
@@ -260,8 +261,7 @@ def stage_timings(
         seconds.update(
             {name: value for name, value in recorded.items() if isinstance(value, int | float)}
         )
-    stopped_at = times.get("stopped_at")  # the last `recs run` raised there
-    stopped = stopped_at.get("stage") if isinstance(stopped_at, dict) else None
+    stopped = (stopped_at(times) or {}).get("stage")  # the last `recs run` raised there
     return [
         {"stage": stage, "state": "failed" if stage == stopped else None,
          "seconds": None if stage == stopped else seconds.get(stage), "start": None,
