@@ -171,7 +171,8 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     what this attempt computed: no shard, no verdict, no Data Docs (a newcomer's summary still
     said "4 of 4" and "validation passed", the first attempt's), and where it stopped, with the
     error, also after a gate run alone. A publish of it is refused; CURRENT and the published
-    night_1 are untouched."""
+    night_1 are untouched. A DAG rerun's freeze then withdraws that record (a review's still
+    said "last recs run: stopped at build_graph")."""
     from recs.report.content import run_report
 
     settings = settings_for(home)
@@ -214,6 +215,12 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     assert run_summary(home, "2026-11-01", "night_1")["totals"]["stopped_at"] == stopped
     assert current_version(settings.published_dir) == "night_1"
     assert version_manifest(settings.published_dir, "night_1")["validation"]["success"] is True
+
+    # the DAG's freeze (no `recs run`) reruns it: the earlier attempt's record is withdrawn
+    pipeline.freeze_snapshot(paths, settings, rebuild=True)
+    assert run_summary(home, "2026-11-01", "night_1")["totals"]["stopped_at"] is None
+    assert not paths.stage_times.exists()
+    assert "last recs run" not in total_lines(run_summary(home, "2026-11-01", "night_1"))
 
 
 def test_ctrl_c_among_the_shards_is_recorded_as_where_the_run_stopped(home, monkeypatch):

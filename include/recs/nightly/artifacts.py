@@ -55,7 +55,6 @@ import fnmatch
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -258,6 +257,16 @@ class RunStore:
 
     def remote(self, paths: RunPaths, relative: str) -> str:
         return f"{self.run_root(paths)}/{relative}"
+
+    def listing(self, paths: RunPaths, relative: str) -> list[str]:
+        """Every file under the run's folder ``relative`` in the store, as store paths (none
+        if it is absent): one request."""
+        return self._io(f"list {relative}", self.fs.find, self.remote(paths, relative))
+
+    def remove_files(self, files: list[str]) -> None:
+        """Remove ``files`` (store paths, as ``listing`` gives them) in one request."""
+        if files:
+            self._io(f"remove {len(files)} files", self.fs.rm, files)
 
     def _marker_path(self, paths: RunPaths, part: Part) -> str:
         return self.remote(paths, f"{MARKERS}/{part.name}.json")
@@ -557,35 +566,3 @@ def synced(paths: RunPaths, stage: str, shard_id: int | None = None) -> Iterator
             raise
         for part in writes:
             store.push(paths, part, previous=known[part.name])
-
-
-def withdraw_shards(paths: RunPaths, shard_count: int) -> None:
-    """What ``plan_shards`` does to the store (``pipeline.reset_shards`` locally): the markers
-    of the planned shards are withdrawn (a shard counts once this plan's traversal pushed it)
-    and shards beyond the plan removed whole. No-op without a run store."""
-    store = run_store()
-    if store is None:
-        return
-    for shard_id in range(shard_count):
-        store.forget(paths, shard_part(shard_id))
-    found = set()
-    for folder in ("shards", MARKERS):
-        for path in store._io("list the shards", store.fs.find, store.remote(paths, folder)):
-            match = _SHARD_NAME.search(path)
-            if match and int(match.group(1)) >= shard_count:
-                found.add(int(match.group(1)))
-    for shard_id in sorted(found):
-        store.forget(paths, shard_part(shard_id), files=True)
-
-
-def withdraw_graph_and_verdict(paths: RunPaths) -> None:
-    """Withdraw the run's graph and the gate's verdict from the store
-    (``pipeline.withdraw_results``), so no machine traverses, validates or publishes with an
-    earlier attempt's until this attempt has made its own. No-op without a run store."""
-    store = run_store()
-    if store is not None:
-        store.forget(paths, GRAPH)
-        store.forget(paths, VALIDATION)
-
-
-_SHARD_NAME = re.compile(r"/(?:shards/)?shard_id=(\d+)(?:/|\.json$)")

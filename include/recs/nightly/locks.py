@@ -57,13 +57,20 @@ def graph_piece_lock(paths: RunPaths, shard_id: int) -> Iterator[None]:
 
 
 def in_progress(run_dir: Path) -> bool:
-    """Whether some process holds the lock of the run in ``run_dir`` now (without creating the
-    lock file, so asking changes nothing; ``recs gc`` leaves such a run alone; ``recs summary``
-    says so). Opened read-only: a home mounted read-only can be asked too (a review: summary
-    failed there). The probe holds the lock for microseconds; a process taking it meanwhile
-    tries again (``_locked``). Raises ``OSError`` for a lock file it may not read."""
+    """Whether some process holds the lock of the run in ``run_dir`` now (``held``; ``recs
+    gc`` leaves such a run alone; ``recs summary`` says so). Raises ``OSError`` for a lock file
+    it may not read."""
+    return held(Path(run_dir) / ".lock")
+
+
+def held(lock: Path) -> bool:
+    """Whether some process holds the flock of the file ``lock`` now, shared or exclusive
+    (without creating the file, so asking changes nothing). Opened read-only: a home mounted
+    read-only can be asked too (a review: summary failed there). The probe holds the lock for
+    microseconds; a process taking it meanwhile tries again (``_locked``). Raises ``OSError``
+    for a lock file it may not read."""
     try:
-        descriptor = os.open(Path(run_dir) / ".lock", os.O_RDONLY)
+        descriptor = os.open(lock, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:

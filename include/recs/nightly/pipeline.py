@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import logging
-import re
 import shutil
 import sys
 import time
@@ -40,15 +39,13 @@ from recs.config import Settings, get_settings
 from recs.errors import RecsError
 from recs.files import read_json, write_json
 from recs.nightly import shard_plan
-from recs.nightly.artifacts import synced, withdraw_graph_and_verdict, withdraw_shards
+from recs.nightly.artifacts import synced
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.reporting import stopped_at
 from recs.nightly.runs import RunPaths, check_shard
+from recs.nightly.withdrawal import withdraw_results, withdraw_shards
 
 log = logging.getLogger(__name__)
-
-_SHARD_DIR = re.compile(r"shard_id=(\d+)")
-
 
 def run_settings(paths: RunPaths) -> Settings:
     """The settings frozen into the run's snapshot manifest, with ``home`` the one the run is
@@ -95,9 +92,9 @@ def freeze_snapshot(
 ) -> dict[str, Any]:
     """The run's snapshot as of its cut-off: the date's retained one, or the live store's
     (``recs.nightly.snapshot``); ``rebuild`` for a past date nothing is retained for; the
-    shard plan checked against Airflow's ``max_map_length``. Once it is frozen, what an earlier
-    attempt of the run computed is withdrawn (``withdraw_results``); refused or failed before
-    that, it leaves no run folder it made (``_locked_until_frozen``)."""
+    shard plan checked against Airflow's ``max_map_length``. Once it is frozen, what an
+    earlier attempt of the run computed is withdrawn (``withdrawal.withdraw_results``); refused
+    or failed before that, it leaves no run folder it made (``_locked_until_frozen``)."""
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
     with _locked_until_frozen(paths), synced(paths, "freeze_snapshot"):
@@ -106,30 +103,6 @@ def freeze_snapshot(
         )
         withdraw_results(paths, result["shard_count"])
         return result
-
-
-def withdraw_results(paths: RunPaths, shard_count: int) -> None:
-    """Withdraw what an earlier attempt of the run computed from its snapshot, once this attempt
-    has frozen its own (the caller holds the run's lock): the shards (``reset_shards``, and
-    ``artifacts.withdraw_shards``), the graph (its ``meta.json``, written last) and the gate's
-    verdict (``paths.validation_summary``, ``validation_results`` and the Data Docs), and in a
-    run store their markers (``artifacts.withdraw_graph_and_verdict``). ``recs summary``,
-    ``recs report``, ``shard run`` and ``publish_run`` then never take them for this attempt's:
-    a newcomer's rerun that failed at build_graph still showed the earlier attempt's "4 of 4"
-    shards and "validation passed", and one stopped at build_models let a review traverse
-    shards on the earlier graph. Another machine's copies change as its next stage pulls. A
-    freeze that fails withdraws nothing, here or in the store: the earlier attempt stays.
-    Published versions keep their own copies; each shard's saved gate result stays:
-    ``validate_run`` reuses it only for the same output and inputs
-    (``shard_gate.saved_result``)."""
-    from recs.nightly.checkpoints import DATA_DOCS_DIR
-
-    reset_shards(paths, shard_count)
-    withdraw_shards(paths, shard_count)
-    for done in (paths.graph_dir / "meta.json", paths.validation_summary, paths.validation_results):
-        done.unlink(missing_ok=True)
-    shutil.rmtree(paths.validation_dir / DATA_DOCS_DIR, ignore_errors=True)
-    withdraw_graph_and_verdict(paths)
 
 
 def build_models(paths: RunPaths) -> dict[str, Any]:
@@ -206,35 +179,15 @@ def assemble_graph(paths: RunPaths) -> dict[str, Any]:
 def plan_shards(paths: RunPaths) -> list[int]:
     """The shard ids of this run: ``0 .. shard_count-1`` as frozen in the snapshot.
 
-    Also makes the plan the truth on disk (``reset_shards``), so a rerun with fewer shards
-    does not leave the old ones for the gate and the publish to find (in the run store too:
-    ``artifacts.withdraw_shards``).
+    Also makes the plan the truth (``withdrawal.withdraw_shards``, here and in the run store),
+    so a rerun with fewer shards does not leave the old ones for the gate and the publish to
+    find.
     """
     with synced(paths, "plan_shards"):
         shard_count = run_settings(paths).shard_count
         with run_lock(paths):
-            reset_shards(paths, shard_count)
             withdraw_shards(paths, shard_count)
     return list(range(shard_count))
-
-
-def reset_shards(paths: RunPaths, shard_count: int) -> list[str]:
-    """Remove ``shards/shard_id=NNN/`` folders with NNN >= ``shard_count`` (left by a plan with
-    more shards) and the manifests of the planned shards (so a shard counts as computed only
-    once this plan's traversal has written it: it writes the manifest last). Returns the
-    removed folder names. Published versions are unaffected: they hold hard links or copies.
-    """
-    removed = []
-    for folder in sorted(paths.shards_dir.glob("shard_id=*")):
-        match = _SHARD_DIR.fullmatch(folder.name)
-        if match and int(match.group(1)) >= shard_count and folder.is_dir():
-            shutil.rmtree(folder)
-            removed.append(folder.name)
-    for shard_id in range(shard_count):
-        paths.shard_manifest(shard_id).unlink(missing_ok=True)
-    if removed:
-        log.info("plan %s: removed shard folders outside the plan: %s", paths.run_id, removed)
-    return removed
 
 
 def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:

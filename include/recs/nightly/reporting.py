@@ -1,4 +1,5 @@
-"""Run summaries assembled from the manifests each stage writes (no recomputation)."""
+"""Run summaries assembled from the manifests each stage writes (no recomputation), and what
+the run store holds of the run, from its markers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from recs.errors import RecsError
 from recs.files import read_json
+from recs.nightly import artifacts
 from recs.nightly.locks import in_progress
+from recs.nightly.parts import GRAPH, VALIDATION, shard_part
 from recs.nightly.runs import RunPaths
 from recs.published import MANIFEST_FILE, current_version, version_dir
 
@@ -29,7 +32,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     ``validation`` ("passed", "failed", "errored", "nothing_to_validate", "not_run") and
     ``validation_stale`` (a shard computed after it); ``stopped_at``, the stage the last
     ``recs run`` of the run raised in and its error (``{"stage", "error"}``, else None; a DAG
-    run's failures are Airflow's to show); ``published``, one of
+    run's failures are Airflow's to show); ``run_store``, what the run store holds complete of
+    the run (``_run_store_view``; None without one); ``published``, one of
     ``PUBLICATION_STATES``, and ``published_detail``, the same in words; ``in_progress``, whether
     a process holds the run's lock now (``locks.in_progress``: a rerun or a stage; None when its
     lock file cannot be read). (A newcomer read
@@ -78,6 +82,7 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "validation": _outcome(validation),
         "validation_stale": _stale(validation_file, newest_shard),
         "stopped_at": _stopped_at(paths),
+        "run_store": _run_store_view(paths, shard_count),
     }
     totals["published"], totals["published_detail"] = _publication(home, paths)
     # a newcomer read a rerun's figures mid-way as its result: they are the last attempt's
@@ -137,6 +142,28 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
     return "beside_current", (
         f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
     )
+
+
+def _run_store_view(paths: RunPaths, shard_count: int) -> dict[str, Any] | None:
+    """What the run store holds complete of the run, from one listing of its markers: ``{"url",
+    "shards_done", "graph", "validation"}`` (``graph`` and ``validation``: whether the graph and
+    the gate's verdict are complete there), ``{"url", "error"}`` if it cannot be listed, None
+    without a run store. The other totals are this machine's copies, which change only as its
+    next stage pulls (a review's second machine still showed the shards a rerun withdrew)."""
+    store = None
+    try:
+        store = artifacts.run_store()
+        if store is None:
+            return None
+        names = {path.rsplit("/", 1)[-1] for path in store.listing(paths, artifacts.MARKERS)}
+    except RecsError as error:  # a malformed URL, a store away: the local totals still stand
+        return {"url": getattr(store, "url", None), "error": str(error)}
+    return {
+        "url": store.url,
+        "shards_done": sum(f"{shard_part(i).name}.json" in names for i in range(shard_count)),
+        "graph": f"{GRAPH.name}.json" in names,
+        "validation": f"{VALIDATION.name}.json" in names,
+    }
 
 
 def _stale(validation_file: Path, newest_shard: float | None) -> bool:
@@ -208,6 +235,7 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
             "validation": totals["validation"].replace("_", " ")
             + (stale if totals["validation_stale"] else ""),
             "published": totals["published_detail"],
+            **_run_store_line(totals),
             "in progress": {
                 True: "yes: another process is working on this run, so these figures may be an "
                 "earlier attempt's",
@@ -217,3 +245,22 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return lines
+
+
+def _run_store_line(totals: dict[str, Any]) -> dict[str, str]:
+    """``total_lines``' "run store" line, when one is set: what it holds complete, and whether
+    this machine's copies (the lines above) differ."""
+    view = totals.get("run_store")
+    if not view:
+        return {}
+    if "error" in view:
+        return {"run store": f"cannot be read: {view['error']}"}
+    held = (
+        f"shards done {view['shards_done']} of {totals['shard_count']}, graph "
+        f"{'complete' if view['graph'] else 'not complete'}, verdict "
+        f"{'saved' if view['validation'] else 'none'}"
+    )
+    local_verdict = totals["validation"] not in ("not_run",)
+    if view["shards_done"] != totals["shards_done"] or view["validation"] != local_verdict:
+        held += " (this machine's copies above differ: they change as its next stage pulls)"
+    return {"run store": held}

@@ -29,7 +29,8 @@ at once never trip on each other's removals.
 
 "Older than N days" is against ``today`` (UTC, the wall clock unless given): a folder of date
 ``d`` goes when ``d < today - N``. Names that are not dates are left alone. ``dry_run`` lists
-what would go and removes nothing.
+what would go now and removes nothing (a run in progress, or a date whose lock a run holds, is
+left out, as gc would leave it).
 """
 
 from __future__ import annotations
@@ -120,8 +121,12 @@ def collect_garbage(
     for date in sorted(set(folders).union(locks)):
         if _backfill_running(settings, date):
             continue  # a backfill of that date is running: its rerun would need it again
-        if dry_run:
-            if date in folders and not _snapshot_recent(folders[date], snapshots_changed):
+        if dry_run:  # what gc would do now: a date whose lock a run holds is left (BUSY)
+            if (
+                date in folders
+                and not _snapshot_recent(folders[date], snapshots_changed)
+                and not snapshot_removal.busy(settings.home, date)
+            ):
                 removed["snapshots"].append(date)
             continue
         try:

@@ -29,7 +29,8 @@ Layout of one run (``RunPaths``)::
             shards/shard_id=NNN/results.json    validate_shards: one shard's gate
         stage_times.json                recs run (run_all): each stage's wall seconds so far
                                         and the stage it stopped at, if one raised; a gate or
-                                        publish run alone amends the seconds
+                                        publish run alone amends the seconds; a rerun's
+                                        freeze withdraws it
         .lock  .locks/                  flock files: the run's lock, each shard's and each
                                         graph piece's (``locks``); a lock dies with its process
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.files import remove_folder
+from recs.nightly.locks import held
 
 REMOVED, NO_FOLDER, BUSY, RECENT = "removed", "no folder", "busy", "recent"
 """What ``remove`` did: removed the folder (and the lock file), found only the lock file (or
@@ -62,6 +63,14 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
             remove_folder(target)
         lock.unlink()  # still held: a freeze waiting on it retries on a new file
     return REMOVED if found else NO_FOLDER
+
+
+def busy(home: Path, name: str) -> bool:
+    """Whether a run holds the lock of ``snapshots/<name>/`` now (freezing or reading it), so
+    ``remove`` would return ``BUSY``: ``recs gc --dry-run`` then does not list the date (a
+    review's dry run listed a snapshot the real gc left). Asked without creating the lock file
+    (``locks.held``). Raises ``OSError`` for a lock file it may not read."""
+    return held(lock_file(Path(home) / "snapshots" / name))
 
 
 def locked_dates(home: Path) -> list[str]:

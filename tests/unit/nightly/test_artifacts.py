@@ -20,7 +20,7 @@ import pytest
 from recs import cli
 from recs.config import get_settings
 from recs.errors import ArtifactNotFoundError, RunStoreError
-from recs.nightly import artifacts
+from recs.nightly import artifacts, withdrawal
 from recs.nightly.artifacts import GRAPH, MODELS, SNAPSHOT, VALIDATION, RunStore, shard_part
 from recs.nightly.graph_cache import local_graph
 from recs.nightly.runs import RunPaths
@@ -195,22 +195,57 @@ def test_withdraw_shards_keeps_only_this_plan(store, tmp_path, monkeypatch):
         write(a, {f"shards/shard_id={shard_id:03d}/manifest.json": b"{}"})
         store.push(a, shard_part(shard_id))
     monkeypatch.setattr(artifacts, "run_store", lambda: store)
-    artifacts.withdraw_shards(a, 2)
+    withdrawal.withdraw_shards(a, 2)
     assert all(store.marker(a, shard_part(i)) is None for i in range(4))
     assert store.fs.exists(store.remote(a, "shards/shard_id=001/manifest.json"))
     assert not store.fs.exists(store.remote(a, "shards/shard_id=002/manifest.json"))
     assert store.fs.find(store.remote(a, "shards/shard_id=003")) == []
 
 
+def test_withdraw_shards_asks_the_store_twice_not_once_per_planned_shard(
+    store, tmp_path, monkeypatch
+):
+    """(From a review: about 2,000 requests a night at 1,024 shards.) Withdrawing a plan of 64
+    shards from a store that holds none makes two requests (the two listings); holding the
+    markers of shards 3 and 40 adds one removal of both, and their files stay."""
+    a = machine(tmp_path, "a")
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    calls: list[str] = []
+    inside: list[str] = []  # a backend's rm may call its own exists: one request is counted
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            if not inside:
+                calls.append(name)
+            inside.append(name)
+            try:
+                return real(*args, **kwargs)
+            finally:
+                inside.pop()
+
+        return call
+
+    for name in ("exists", "find", "rm", "cat_file"):  # what the store code calls
+        monkeypatch.setattr(store.fs, name, counted(name, getattr(store.fs, name)))
+    withdrawal.withdraw_shards(a, 64)
+    assert calls == ["find", "find"]
+    for shard_id in (3, 40):
+        write(a, {f"shards/shard_id={shard_id:03d}/manifest.json": b"{}"})
+        store.push(a, shard_part(shard_id))
+    calls.clear()
+    withdrawal.withdraw_shards(a, 64)
+    assert calls == ["find", "find", "rm"]
+    assert store.marker(a, shard_part(3)) is None and store.marker(a, shard_part(40)) is None
+    assert store.fs.exists(store.remote(a, "shards/shard_id=040/manifest.json"))
+
+
 def test_a_rerun_frozen_again_withdraws_the_earlier_attempt_from_the_store(
     store, tmp_path, monkeypatch
 ):
-    """``pipeline.withdraw_results``, as a rerun's freeze calls it: the earlier attempt's
+    """``withdrawal.withdraw_results``, as a rerun's freeze calls it: the earlier attempt's
     shards, graph and verdict are withdrawn from the store (the snapshot stays), so machine b
     finds no complete graph or validation to traverse or publish with (the files stay until
     this attempt pushes its own); locally the same files are gone."""
-    from recs.nightly import pipeline
-
     a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
     done = {
         "snapshot/manifest.json": b"{}",
@@ -223,7 +258,7 @@ def test_a_rerun_frozen_again_withdraws_the_earlier_attempt_from_the_store(
     for part in (SNAPSHOT, GRAPH, VALIDATION, shard_part(0), shard_part(1)):
         store.push(a, part)
     monkeypatch.setattr(artifacts, "run_store", lambda: store)
-    pipeline.withdraw_results(a, 2)
+    withdrawal.withdraw_results(a, 2)
     assert store.marker(a, SNAPSHOT) is not None
     for part in (GRAPH, VALIDATION, shard_part(0), shard_part(1)):
         assert store.marker(a, part) is None, part.name

@@ -328,9 +328,10 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
     """Under snapshots/ (30-day retention, today 2026-12-01, so dates before 2026-11-01 go):
     2026-10-01 retained with its lock file; 2026-10-02 a lock file only (a refused freeze);
     2026-10-03 retained, its lock held by a freeze now; 2026-11-20 recent; `.notes.lock` not a
-    date. gc --dry-run lists 2026-10-01 and 2026-10-03 and removes nothing; gc removes
-    2026-10-01 with its lock and 2026-10-02's lock, and keeps 2026-10-03 (not listed) until the
-    freeze lets go; the recent and the undated files stay."""
+    date. gc --dry-run lists 2026-10-01 only (what gc would do now: it leaves a held date; a
+    review's dry run listed it) and removes nothing; gc removes 2026-10-01 with its lock and
+    2026-10-02's lock, and keeps 2026-10-03 (not listed) until the freeze lets go, when a dry
+    run lists it; the recent and the undated files stay."""
     import fcntl
 
     root = tmp_path / "home" / "snapshots"
@@ -348,7 +349,7 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
     with (root / ".2026-10-03.lock").open("a") as freezing:
         fcntl.flock(freezing.fileno(), fcntl.LOCK_EX)
         code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
-        assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01", "2026-10-03"]
+        assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
         assert names() == before
         code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
         assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-01"]
@@ -356,6 +357,8 @@ def test_gc_removes_old_snapshots_with_their_date_locks_unless_a_freeze_holds_on
         assert names() == [
             ".2026-10-03.lock", ".2026-11-20.lock", ".notes.lock", "2026-10-03", "2026-11-20"
         ]
+    code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-03"]
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-03"]
     assert names() == [".2026-11-20.lock", ".notes.lock", "2026-11-20"]

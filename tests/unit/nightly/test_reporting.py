@@ -47,6 +47,7 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "validation": "not_run",
         "validation_stale": False,
         "stopped_at": None,
+        "run_store": None,
         "published": "no",
         "published_detail": "no",
         "in_progress": False,
@@ -69,6 +70,55 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
         "published": "no",
         "in progress": "no",
     }
+
+
+def test_with_a_run_store_the_summary_says_what_it_holds(tmp_path, monkeypatch):
+    """(From a review: a second machine's summary showed the shards a rerun had withdrawn from
+    the store.) This machine holds shards 0 and 1; the store holds shard 0 and the graph
+    complete, no verdict: one line says so, and that this machine's copies differ. A store
+    that cannot be listed is named, the local totals still printed."""
+    import uuid
+
+    from recs.errors import RunStoreError
+    from recs.nightly import artifacts
+    from recs.nightly.artifacts import GRAPH, RunStore, shard_part
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
+    paths.snapshot_dir.mkdir(parents=True)
+    paths.snapshot_manifest.write_text(json.dumps({"shard_count": 3, "row_counts": {}}))
+    for shard_id in (0, 1):
+        path = paths.shard_manifest(shard_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"shard_id": shard_id, "rows": 1, "seconds": 1.0}))
+    (paths.graph_dir).mkdir(parents=True)
+    (paths.graph_dir / "meta.json").write_text("{}")
+    store = RunStore(f"memory://summary-{uuid.uuid4().hex[:12]}")
+    store.push(paths, shard_part(0))
+    store.push(paths, GRAPH)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    summary = run_summary(tmp_path, "2026-11-01", "r1")
+    assert summary["totals"]["shards_done"] == 2
+    assert summary["totals"]["run_store"] == {
+        "url": store.url, "shards_done": 1, "graph": True, "validation": False
+    }  # fmt: skip
+    assert total_lines(summary)["run store"] == (
+        "shards done 1 of 3, graph complete, verdict none (this machine's copies above differ: "
+        "they change as its next stage pulls)"
+    )
+    store.push(paths, shard_part(1))
+    assert total_lines(run_summary(tmp_path, "2026-11-01", "r1"))["run store"] == (
+        "shards done 2 of 3, graph complete, verdict none"
+    )
+
+    def away(*args):
+        raise RunStoreError("run store memory://x: cannot list .parts: injected")
+
+    monkeypatch.setattr(store, "listing", away)
+    summary = run_summary(tmp_path, "2026-11-01", "r1")
+    assert summary["totals"]["shards_done"] == 2
+    assert total_lines(summary)["run store"] == (
+        "cannot be read: run store memory://x: cannot list .parts: injected"
+    )
 
 
 def test_a_run_another_process_holds_says_so(tmp_path):
