@@ -80,7 +80,8 @@ def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
     Click's "No such option: --json" alone left a newcomer guessing): "; it belongs after the
     command: recs summary --json" (with its value, for an option that takes one) when the
     command named next in ``argv`` (``sys.argv`` when None) has that option and was not given
-    it; "" otherwise (and after ``--``, where nothing is an option)."""
+    it, or, with no command named after it (``recs shard --snapshot-date D``), when exactly one
+    command of the group has it; "" otherwise (and after ``--``, where nothing is an option)."""
     option, context = getattr(error, "option_name", None), getattr(error, "ctx", None)
     group = getattr(context, "command", None)
     if not option or not hasattr(group, "get_command"):
@@ -93,19 +94,26 @@ def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
     while outer is not None and outer.parent is not None:  # `recs shard ...`: the group's path
         path.insert(0, outer.info_name)
         outer = outer.parent
-    for place, word in enumerate(words[at + 1 :], start=at + 1):
-        command = group.get_command(context, word)
-        if command is None:
-            continue
-        param = next((p for p in command.params if option in p.opts + p.secondary_opts), None)
-        later = [w.split("=", 1)[0] for w in words[place + 1 :]]
-        if param is None or option in later:
-            return ""
+
+    def taking(name: str):  # the command's parameter of that option, or None
+        command = group.get_command(context, name)
+        params = getattr(command, "params", [])
+        return next((p for p in params if option in p.opts + p.secondary_opts), None)
+
+    def hint(name: str, param, end: int) -> str:
         given = [option]  # a flag alone; `--today=D` as it is; `--today D` with its word
         if not getattr(param, "is_flag", False):
-            given = [words[at]] if "=" in words[at] else words[at : min(at + 2, place)]
-        return f"; it belongs after the command: {' '.join(['recs', *path, word, *given])}"
-    return ""
+            given = [words[at]] if "=" in words[at] else words[at : min(at + 2, end)]
+        return f"; it belongs after the command: {' '.join(['recs', *path, name, *given])}"
+
+    for place, word in enumerate(words[at + 1 :], start=at + 1):
+        if group.get_command(context, word) is None:
+            continue
+        param = taking(word)
+        later = [w.split("=", 1)[0] for w in words[place + 1 :]]
+        return "" if param is None or option in later else hint(word, param, place)
+    having = [name for name in group.list_commands(context) if taking(name) is not None]
+    return hint(having[0], taking(having[0]), len(words)) if len(having) == 1 else ""
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -69,6 +69,13 @@ AFTER = "; it belongs after the command:"
         (["--bogus", "summary"], "--bogus", ""),  # no command has it
         (["--today", "2026-11-01", "rollback"], "--today", ""),  # gc has it, rollback does not
         (["summary", "--bogus"], "--bogus", ""),  # in its place, and unknown
+        # no command after it: the one command of the group that has it
+        (["shard", "--snapshot-date", "2026-11-01"], "--snapshot-date",
+         f"{AFTER} recs shard run --snapshot-date 2026-11-01"),
+        (["shard", "--shard=3"], "--shard", f"{AFTER} recs shard run --shard=3"),
+        (["--today", "2026-11-01"], "--today", f"{AFTER} recs gc --today 2026-11-01"),
+        (["--snapshot-date", "2026-11-01"], "--snapshot-date", ""),  # several commands have it
+        (["runs", "--dry-run"], "--dry-run", ""),  # no command of `runs` has it
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):
