@@ -159,7 +159,12 @@ def recs_who_to_follow_nightly():
         from airflow.sdk.configuration import conf
         from airflow.sdk.exceptions import AirflowFailException
 
-        from recs.errors import CutOffAheadError, ShardPlanError, SnapshotNotRetainedError
+        from recs.errors import (
+            CutOffAheadError,
+            RunIdTakenError,
+            ShardPlanError,
+            SnapshotNotRetainedError,
+        )
         from recs.nightly import pipeline
 
         run = _run_ref()
@@ -174,8 +179,8 @@ def recs_who_to_follow_nightly():
             if error.seconds_ahead <= CUT_OFF_SKEW_SECONDS:
                 raise  # a worker's clock a little behind the scheduler's: a retry is past it
             raise AirflowFailException(str(error)) from None
-        except (SnapshotNotRetainedError, ShardPlanError) as error:
-            raise AirflowFailException(str(error)) from None  # no retry can fix either
+        except (SnapshotNotRetainedError, ShardPlanError, RunIdTakenError) as error:
+            raise AirflowFailException(str(error)) from None  # no retry can fix them
         context["outlet_events"][SNAPSHOT].extra = {
             "snapshot_dir": str(result.get("snapshot_dir", "")),
             "source": result.get("source"),

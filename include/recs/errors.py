@@ -110,6 +110,12 @@ class SnapshotNotRetainedError(RecsError):
     that date's cut-off: rebuilding it needs an explicit ``--rebuild-snapshot``."""
 
 
+class RunIdTakenError(RecsError):
+    """The run id names a published version of another snapshot date: a version is stored by
+    run id alone, so publishing would replace it (and a rollback to it would serve the other
+    date's lists). Nothing was written; give the run another run id."""
+
+
 class CutOffAheadError(RecsError):
     """A run whose cut-off (the end of its data interval) is still ahead of the wall clock: its
     day is not over, and a snapshot frozen now would be retained as that day's, then reused by

@@ -134,6 +134,10 @@ def check_version(published_dir: Path, run_id: str) -> dict[str, Any]:
     if len(manifest.get("shards", [])) != manifest.get("shard_count"):
         raise RunNotFoundError(f"published version {run_id!r} is incomplete: shard list is short")
     for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise RunNotFoundError(
+                f"published version {run_id!r} is damaged: a file entry names no path ({entry!r})"
+            )
         path = root / entry["path"]
         try:
             size = path.stat().st_size
@@ -141,10 +145,10 @@ def check_version(published_dir: Path, run_id: str) -> dict[str, Any]:
             raise RunNotFoundError(
                 f"published version {run_id!r} is incomplete: missing {path}"
             ) from None
-        if size != entry["bytes"]:
+        if size != entry.get("bytes"):
             raise RunNotFoundError(
                 f"published version {run_id!r} is damaged: {path} has {size} bytes, "
-                f"manifest says {entry['bytes']}"
+                f"manifest says {entry.get('bytes')}"
             )
     return manifest
 

@@ -13,6 +13,8 @@ home and injects one fault for real:
   plan, and the rerun passes and publishes;
 - night_1 rerun with the date's retained in-degrees damaged: it stops at build_graph, and the
   first attempt's shards and verdict are withdrawn, not shown or published as the rerun's.
+- a run of 2026-11-02 reusing the run id night_1: refused before its freeze, and at its
+  publish were the freeze not to refuse it.
 
 In every failure ``CURRENT`` still names night_1.
 """
@@ -171,8 +173,9 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     what this attempt computed: no shard, no verdict, no Data Docs (a newcomer's summary still
     said "4 of 4" and "validation passed", the first attempt's), and where it stopped, with the
     error, also after a gate run alone. A publish of it is refused; CURRENT and the published
-    night_1 are untouched. A DAG rerun's freeze then withdraws that record (a review's still
-    said "last recs run: stopped at build_graph")."""
+    night_1 are untouched. A DAG rerun's freeze then withdraws that record and dbt's run
+    results (a review's still said "last recs run: stopped at build_graph", and reported the
+    earlier dbt time)."""
     from recs.report.content import run_report
 
     settings = settings_for(home)
@@ -219,8 +222,10 @@ def test_a_rerun_that_stops_at_build_graph_withdraws_the_first_attempts_results(
     # the DAG's freeze (no `recs run`) reruns it: the earlier attempt's record is withdrawn
     pipeline.freeze_snapshot(paths, settings, rebuild=True)
     assert run_summary(home, "2026-11-01", "night_1")["totals"]["stopped_at"] is None
-    assert not paths.stage_times.exists()
+    assert not paths.stage_times.exists() and not paths.dbt_run_results.exists()
     assert "last recs run" not in total_lines(run_summary(home, "2026-11-01", "night_1"))
+    seconds = {row["stage"]: row["seconds"] for row in run_report(paths)["stages"]}
+    assert seconds["build_models"] is None  # not the earlier attempt's dbt time (a review's)
 
 
 def test_ctrl_c_among_the_shards_is_recorded_as_where_the_run_stopped(home, monkeypatch):
@@ -243,4 +248,35 @@ def test_ctrl_c_among_the_shards_is_recorded_as_where_the_run_stopped(home, monk
         "stage": "traverse_shard", "error": "KeyboardInterrupt"
     }  # fmt: skip
     assert summary["failed_shards"] == [1, 2, 3]
+    assert current_version(settings.published_dir) == "night_1"
+
+
+def test_a_run_id_published_for_another_date_is_refused(home, monkeypatch):
+    """(From a newcomer, whose run of an older date reusing a published run id replaced that
+    version, the rollback target, with the older date's lists.) night_1 is published for
+    2026-11-01: a run of 2026-11-02 with that run id is refused before its freeze, leaving no
+    folder; were the freeze not to refuse it (a version published meanwhile), the publish
+    refuses it after the gate. The published night_1 is untouched either way."""
+    from recs.errors import RunIdTakenError
+    from recs.nightly import publish
+
+    settings = settings_for(home)
+    before = version_manifest(settings.published_dir, "night_1")
+    taken = "run id night_1 names the published version of snapshot 2026-11-01, not of 2026-11-02"
+    with pytest.raises(RunIdTakenError, match=taken):
+        pipeline.run_all(home, "2026-11-02", "night_1", settings)
+    assert not (home / "runs" / "2026-11-02").exists()
+
+    real, asked = publish.refuse_taken_run_id, []
+
+    def not_at_the_freeze(published_dir, paths):
+        asked.append(paths.run_id)
+        if len(asked) > 1:
+            real(published_dir, paths)
+
+    monkeypatch.setattr(publish, "refuse_taken_run_id", not_at_the_freeze)
+    with pytest.raises(RunIdTakenError, match=taken):
+        pipeline.run_all(home, "2026-11-02", "night_1", settings)
+    assert asked == ["night_1", "night_1"]
+    assert version_manifest(settings.published_dir, "night_1") == before
     assert current_version(settings.published_dir) == "night_1"

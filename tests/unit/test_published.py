@@ -187,6 +187,20 @@ def test_missing_shard_file_is_a_clear_error(published):
         recommendations_for(published, 2)
 
 
+@pytest.mark.parametrize("damage", [{"path": None}, {"bytes": None}, "not an entry"])
+def test_a_manifest_entry_without_its_fields_is_damaged_not_a_keyerror(published, damage):
+    """(Seen as a KeyError traceback under `recs summary` of a hand-made version.)"""
+    manifest_path = published / "night_1" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    entry = manifest["shards"][0]
+    manifest["shards"][0] = damage if isinstance(damage, str) else {
+        k: v for k, v in entry.items() if k not in damage
+    }
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(RunNotFoundError, match="'night_1' is damaged"):
+        check_version(published, "night_1")
+
+
 def test_unknown_version_names_the_published_ones(published):
     with pytest.raises(RunNotFoundError, match=r"no published version 'night_9'.*night_1"):
         recommendations_for(published, 2, version="night_9")

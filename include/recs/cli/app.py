@@ -112,20 +112,32 @@ def _chosen_run(snapshot_date: str | None, run_id: str | None):
     latest date holding a frozen run (of that id, if given), and there the run ``RunPaths.find``
     picks for that date (the one whose snapshot was frozen last), so a command gives the same
     run with the date as without it. Folders that are not dates or runs, and runs that never
-    froze a snapshot, are passed over. Raises ``RunNotFoundError`` naming what to run or read
-    instead."""
+    froze a snapshot, are passed over. With a run store, a run id this machine has not seen is
+    looked up there (``artifacts.find_run`` pulls its snapshot manifest: a newcomer's second
+    machine said "no run" of a run its ``recs shard run`` could rerun). Raises
+    ``RunNotFoundError`` naming what to run or read instead, ``RunStoreError``."""
     from recs.errors import RunNotFoundError
+    from recs.nightly.artifacts import find_run, run_store
     from recs.nightly.runs import RunPaths, check_run_id, run_dates
 
     settings = current_settings()
     home = settings.home
     if snapshot_date is not None:
-        return RunPaths.find(home, snapshot_date, run_id)
+        try:  # this machine's first: a run store away does not hide a run that is here
+            return RunPaths.find(home, snapshot_date, run_id)
+        except RunNotFoundError:
+            if run_id is None:
+                raise
+            return find_run(home, snapshot_date, run_id)
     if run_id is not None:
         check_run_id(run_id)  # a glob of safe characters only
     frozen = run_dates(home, run_id)
     if frozen:
         return RunPaths.find(home, frozen[-1], run_id)
+    store = run_store() if run_id is not None else None
+    held = sorted(date for date, name in store.runs() if name == run_id) if store else []
+    if held:  # a machine that has not seen the run: its snapshot manifest from the store
+        return find_run(home, held[-1], run_id)
     if run_id is None:
         raise RunNotFoundError(
             f"no run under {home}/runs has frozen its snapshot: run `make demo` or `recs run "

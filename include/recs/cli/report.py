@@ -52,7 +52,9 @@ def report(
                     "yes" if run["published"] else "no"
                 ),
                 "stage seconds": _stage_seconds(doc, paths.run_id),
-                "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed",
+                "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed"
+                + (" (stale: shards were computed since; `recs validate` judges them)"
+                   if gate["stale"] else ""),  # fmt: skip
                 "checks not passed": ", ".join(_not_passed(gate)) or (
                     "none" if gate["evaluated"] else "none run"
                 ),

@@ -166,6 +166,9 @@ class RunStore:
         else:  # the bucket
             where = ("/" if self.root.startswith("/") else "") + self.root.lstrip("/").split("/")[0]
         if where != self.root and self._io("reach it", self.fs.exists, where):
+            if self.local and not self._io("reach it", self.fs.isdir, where):
+                raise RunStoreError(f"run store {self.url}: {where} is a file, not a folder: "
+                                    "correct RECS_RUN_STORE_URL")  # fmt: skip
             return
         raise RunStoreError(
             f"run store {self.url}: {where} does not exist: create the "
@@ -258,37 +261,63 @@ class RunStore:
     def remote(self, paths: RunPaths, relative: str) -> str:
         return f"{self.run_root(paths)}/{relative}"
 
-    def listing(self, paths: RunPaths, relative: str) -> list[str]:
-        """Every file under the run's folder ``relative`` in the store, as store paths (none
-        if it is absent): one request."""
-        return self._io(f"list {relative}", self.fs.find, self.remote(paths, relative))
+    def names(self, paths: RunPaths, relative: str) -> list[str]:
+        """The names directly under the run's folder ``relative`` in the store (sorted; none if
+        it is absent): one listing."""
+        try:
+            found = self._io(f"list {relative}", self.fs.ls, self.remote(paths, relative),
+                             False, missing_ok=True)  # fmt: skip
+        except FileNotFoundError:
+            return []
+        return sorted(str(path).rstrip("/").rsplit("/", 1)[-1] for path in found)
 
-    def remove_files(self, files: list[str]) -> None:
-        """Remove ``files`` (store paths, as ``listing`` gives them) in one request."""
-        if files:
-            self._io(f"remove {len(files)} files", self.fs.rm, files)
+    def remove_files(self, paths: RunPaths, relatives: list[str], recursive: bool = False) -> None:
+        """Remove the run's files (or with ``recursive`` folders) ``relatives`` (relative to its
+        folder) in one request."""
+        if relatives:
+            targets = [self.remote(paths, relative) for relative in relatives]
+            self._io(f"remove {', '.join(relatives[:3])}", self.fs.rm, targets, recursive)
 
     def _marker_path(self, paths: RunPaths, part: Part) -> str:
         return self.remote(paths, f"{MARKERS}/{part.name}.json")
 
     # --- markers ----------------------------------------------------------------------------
 
-    def marker(self, paths: RunPaths, part: Part) -> dict[str, Any] | None:
-        """The part's marker, or None when the part is not complete in the store."""
+    def read(self, paths: RunPaths, relative: str) -> bytes | None:
+        """The run's file ``relative`` in the store, or None if the store holds none."""
         try:
-            raw = self._io(
-                f"read the marker of {part.name}",
-                self.fs.cat_file,
-                self._marker_path(paths, part),
-                missing_ok=True,
-            )
+            return self._io(f"read {relative}", self.fs.cat_file, self.remote(paths, relative),
+                            missing_ok=True)  # fmt: skip
         except FileNotFoundError:
             return None
+
+    def marker(self, paths: RunPaths, part: Part) -> dict[str, Any] | None:
+        """The part's marker, or None when the part is not complete in the store."""
+        raw = self.read(paths, f"{MARKERS}/{part.name}.json")
+        return None if raw is None else self._trusted(raw, part.name)
+
+    def markers(self, paths: RunPaths, parts: list[Part]) -> dict[str, dict[str, Any] | None]:
+        """``marker`` of each of ``parts``, by part name, read in one call (fsspec's ``cat`` of
+        a list: concurrent on an object store)."""
+        wanted = {self._marker_path(paths, part): part.name for part in parts}
+        if not wanted:  # fsspec's cat of no path raises
+            return {}
+        read = self._io("read the markers", self.fs.cat, list(wanted), False, "return")
+        found: dict[str, dict[str, Any] | None] = {}
+        for path, name in wanted.items():
+            raw = read.get(path, FileNotFoundError(path))
+            if isinstance(raw, Exception) and not isinstance(raw, FileNotFoundError):
+                raise RunStoreError(f"run store {self.url}: cannot read the marker of {name}: "
+                                    f"{type(raw).__name__}: {first_line(raw)}")  # fmt: skip
+            found[name] = None if isinstance(raw, Exception) else self._trusted(raw, name)
+        return found
+
+    def _trusted(self, raw: bytes, name: str) -> dict[str, Any] | None:
         try:
             document = json.loads(raw)
             assert document["format"] == MARKER_FORMAT and isinstance(document["files"], dict)
         except (ValueError, KeyError, TypeError, AssertionError):
-            log.warning("run store %s: damaged marker of %s: not trusted", self.url, part.name)
+            log.warning("run store %s: damaged marker of %s: not trusted", self.url, name)
             return None
         return document
 

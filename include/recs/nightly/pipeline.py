@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.config import Settings, get_settings
-from recs.errors import RecsError
+from recs.errors import RecsError, ValidationEngineError
 from recs.files import read_json, write_json
 from recs.nightly import shard_plan
 from recs.nightly.artifacts import synced
@@ -46,6 +46,7 @@ from recs.nightly.runs import RunPaths, check_shard
 from recs.nightly.withdrawal import withdraw_results, withdraw_shards
 
 log = logging.getLogger(__name__)
+
 
 def run_settings(paths: RunPaths) -> Settings:
     """The settings frozen into the run's snapshot manifest, with ``home`` the one the run is
@@ -92,15 +93,17 @@ def freeze_snapshot(
 ) -> dict[str, Any]:
     """The run's snapshot as of its cut-off: the date's retained one, or the live store's
     (``recs.nightly.snapshot``); ``rebuild`` for a past date nothing is retained for; the
-    shard plan checked against Airflow's ``max_map_length``. Once it is frozen, what an
-    earlier attempt of the run computed is withdrawn (``withdrawal.withdraw_results``); refused
-    or failed before that, it leaves no run folder it made (``_locked_until_frozen``)."""
+    shard plan checked against Airflow's ``max_map_length``; refused for a run id published for
+    another date (``publish.refuse_taken_run_id``). Once it is frozen, what an earlier attempt
+    of the run computed is withdrawn (``withdrawal.withdraw_results``); refused or failed before
+    that, it leaves no run folder it made (``_locked_until_frozen``)."""
+    from recs.nightly.publish import refuse_taken_run_id
     from recs.nightly.snapshot import freeze_snapshot as _freeze
 
+    settings = settings or get_settings()
     with _locked_until_frozen(paths), synced(paths, "freeze_snapshot"):
-        result = _freeze(
-            paths, settings or get_settings(), rebuild=rebuild, max_map_length=max_map_length
-        )
+        refuse_taken_run_id(Path(settings.published_dir), paths)  # before any work
+        result = _freeze(paths, settings, rebuild=rebuild, max_map_length=max_map_length)
         withdraw_results(paths, result["shard_count"])
         return result
 
@@ -283,10 +286,18 @@ def validate_shards(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any
 def validate_run(paths: RunPaths) -> dict[str, Any]:
     """The Great Expectations gate over the computed shards (their ``validate_shards`` results,
     or validated here when missing or stale, and the run-wide checks); raises
-    ``ValidationFailedError`` (the data), ``ValidationEngineError`` (the gate itself) or
-    ``NothingToValidateError``."""
+    ``ValidationFailedError`` (the data), ``ValidationEngineError`` (the gate itself; also,
+    before the gate runs and with nothing written or pushed, on a machine whose ``published/``
+    is not the served one: ``served.refuse_unseen``, as a newcomer's gate on a second machine
+    pushed "errored" over the run store's pass) or ``NothingToValidateError``."""
+    from recs.nightly.served import refuse_unseen
     from recs.nightly.validation import validate_run as _validate
+    from recs.published import current_version
 
+    with synced(paths, "plan_gate"):  # the snapshot manifest, from the run store if there is one
+        published_dir = run_settings(paths).published_dir
+    refuse_unseen(published_dir, current_version(published_dir), "validate_run",
+                  ValidationEngineError, finishing=paths.run_id)  # fmt: skip
     with run_lock(paths), synced(paths, "validate_run"), _timed(paths, "validate_run"):
         return _validate(paths, run_settings(paths))
 

@@ -43,6 +43,7 @@ from recs.errors import (
     CarryOverError,
     NothingToValidateError,
     RecsError,
+    RunIdTakenError,
     RunNotFoundError,
     ValidationEngineError,
     ValidationFailedError,
@@ -116,8 +117,10 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     the data failed, a shard file changed since validation, or the run would become current
     while ``CURRENT`` names another version than the gate compared it with (a rollback or
     another publish since; ``_refuse_moved_baseline``); ``ValidationEngineError`` /
-    ``NothingToValidateError`` if that was the gate's outcome; ``CarryOverError`` if shards
-    failed and ``CURRENT`` names no complete version to carry them from; ``RunNotFoundError``
+    ``NothingToValidateError`` if that was the gate's outcome; ``RunIdTakenError`` if the
+    run id names a published version of another date (``refuse_taken_run_id``);
+    ``CarryOverError`` if shards failed and ``CURRENT`` names no complete version to carry them
+    from; ``RunNotFoundError``
     if an export to publish is missing; ``RunStoreError`` if a run store records that
     ``CURRENT`` names another version than this machine's ``published/`` does (it is not the
     served one: ``served.unseen_current``); ``SwitchError`` if ``CURRENT`` cannot be written
@@ -129,6 +132,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     run_id = paths.run_id
 
     with publisher_lock(published_dir):
+        refuse_taken_run_id(published_dir, paths)
         previous = current_version(published_dir)
         newer = _newer_snapshot(published_dir, previous, paths.snapshot_date.isoformat())
         # a retry may finish its own switch cut off after the store's record (served.py)
@@ -259,6 +263,26 @@ def _published_dir(home_or_settings: Path | str | Settings) -> Path:
     if isinstance(home_or_settings, Settings):
         return Path(home_or_settings.published_dir)
     return Path(home_or_settings) / "published"
+
+
+def refuse_taken_run_id(published_dir: Path, paths: RunPaths) -> None:
+    """Raise ``RunIdTakenError`` if ``published/<run_id>/`` is a version of another snapshot
+    date than the run's: ``freeze_snapshot`` refuses such a run before any work, and
+    ``publish_run`` before it writes (another run may have published it meanwhile). (A
+    newcomer's `recs run` of 2026-10-28 reusing a run id published for 2026-11-01 replaced that
+    version, which was the rollback target, with the older date's lists.) A rerun of the same
+    date replaces its own version, as before; a version whose manifest cannot be read does not
+    say its date, and is not refused here."""
+    try:
+        published = version_manifest(published_dir, paths.run_id).get("snapshot_date")
+    except (RecsError, OSError):
+        return
+    if published is not None and str(published) != paths.snapshot_date.isoformat():
+        raise RunIdTakenError(
+            f"run id {paths.run_id} names the published version of snapshot {published}, not "
+            f"of {paths.snapshot_date.isoformat()}: publishing would replace it (a version is "
+            "stored by run id alone); give this run another --run-id"
+        )
 
 
 def _newer_snapshot(published_dir: Path, current: str | None, snapshot_date: str) -> str | None:

@@ -4,6 +4,7 @@ the run store holds of the run, from its markers."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from recs.errors import RecsError
 from recs.files import read_json
 from recs.nightly import artifacts
 from recs.nightly.locks import in_progress
-from recs.nightly.parts import GRAPH, VALIDATION, shard_part
+from recs.nightly.parts import GRAPH, SNAPSHOT, SNAPSHOT_MANIFEST, VALIDATION, shard_part
 from recs.nightly.runs import RunPaths
 from recs.published import MANIFEST_FILE, current_version, version_dir
 
@@ -42,14 +43,11 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     """
     paths = RunPaths.find(home, snapshot_date, run_id)
     snapshot = read_json(paths.snapshot_manifest)
-    shard_count = int(snapshot.get("shard_count") or snapshot["settings"]["shard_count"])
+    shard_count = _planned_shards(snapshot)
     shards: list[dict[str, Any]] = []
-    newest_shard = None  # the latest shard output's time, for _stale
     for shard_id in range(shard_count):
         if paths.shard_manifest(shard_id).is_file():
             shards.append(read_json(paths.shard_manifest(shard_id)))
-            mtime = paths.shard_manifest(shard_id).stat().st_mtime
-            newest_shard = mtime if newest_shard is None else max(newest_shard, mtime)
     done = {int(s.get("shard_id", -1)) for s in shards}
     failed = [shard_id for shard_id in range(shard_count) if shard_id not in done]
     validation_file = paths.validation_summary
@@ -80,9 +78,9 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         "traversals_per_shard_second": int(traversals / shard_seconds) if shard_seconds else 0,
         "traversals_per_kernel_second": int(traversals / kernel_seconds) if kernel_seconds else 0,
         "validation": _outcome(validation),
-        "validation_stale": _stale(validation_file, newest_shard),
+        "validation_stale": verdict_stale(paths, shard_count),
         "stopped_at": _stopped_at(paths),
-        "run_store": _run_store_view(paths, shard_count),
+        "run_store": _run_store_view(paths),
     }
     totals["published"], totals["published_detail"] = _publication(home, paths)
     # a newcomer read a rerun's figures mid-way as its result: they are the last attempt's
@@ -144,37 +142,67 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
     )
 
 
-def _run_store_view(paths: RunPaths, shard_count: int) -> dict[str, Any] | None:
-    """What the run store holds complete of the run, from one listing of its markers: ``{"url",
-    "shards_done", "graph", "validation"}`` (``graph`` and ``validation``: whether the graph and
-    the gate's verdict are complete there), ``{"url", "error"}`` if it cannot be listed, None
-    without a run store. The other totals are this machine's copies, which change only as its
-    next stage pulls (a review's second machine still showed the shards a rerun withdrew)."""
+def _planned_shards(snapshot: dict[str, Any]) -> int:
+    """The shard count a snapshot manifest plans (its own, else its frozen settings')."""
+    return int(snapshot.get("shard_count") or snapshot["settings"]["shard_count"])
+
+
+def _run_store_view(paths: RunPaths) -> dict[str, Any] | None:
+    """What the run store holds complete of the run (markers it trusts, ``RunStore.markers``),
+    read in four requests at most: ``{"url", "shard_count", "shards_done", "graph",
+    "validation"}`` (the store's shard plan, from its snapshot manifest; ``graph``: whether the
+    graph is complete there; ``validation``: the outcome of its verdict, as ``_outcome``),
+    ``{"url", "shard_count": None}`` when it holds no snapshot of the run, ``{"url", "error"}``
+    when it cannot be read, None without a run store. The other totals are this machine's
+    copies, which change only as its next stage pulls (a review's second machine still showed
+    the shards a rerun had withdrawn from the store)."""
     store = None
     try:
         store = artifacts.run_store()
         if store is None:
             return None
-        names = {path.rsplit("/", 1)[-1] for path in store.listing(paths, artifacts.MARKERS)}
+        held = set(store.names(paths, artifacts.MARKERS))
+        manifest = store.read(paths, SNAPSHOT_MANIFEST[0])
+        if f"{SNAPSHOT.name}.json" not in held or manifest is None:
+            return {"url": store.url, "shard_count": None}
+        shard_count = _planned_shards(json.loads(manifest))
+        parts = [*(shard_part(i) for i in range(shard_count)), GRAPH, VALIDATION]
+        markers = store.markers(paths, [part for part in parts if f"{part.name}.json" in held])
+        verdict = None
+        if markers.get(VALIDATION.name):
+            summary = paths.validation_summary.relative_to(paths.run_dir).as_posix()
+            verdict = store.read(paths, summary)
+        validation = _outcome(json.loads(verdict) if verdict is not None else None)
     except RecsError as error:  # a malformed URL, a store away: the local totals still stand
         return {"url": getattr(store, "url", None), "error": str(error)}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # not ours, or damaged
+        problem = f"a damaged snapshot manifest or verdict ({type(error).__name__}: {error})"
+        return {"url": store.url, "error": problem}
     return {
         "url": store.url,
-        "shards_done": sum(f"{shard_part(i).name}.json" in names for i in range(shard_count)),
-        "graph": f"{GRAPH.name}.json" in names,
-        "validation": f"{VALIDATION.name}.json" in names,
+        "shard_count": shard_count,
+        "shards_done": sum(markers.get(shard_part(i).name) is not None for i in range(shard_count)),
+        "graph": markers.get(GRAPH.name) is not None,
+        "validation": validation,
     }
 
 
-def _stale(validation_file: Path, newest_shard: float | None) -> bool:
-    """Whether a shard's output (``newest_shard``: its manifest's time) is newer than the
-    gate's verdict (a newcomer's rerun, stopped before its gate, showed 4 of 4 shards beside the
-    earlier "nothing to validate")."""
+def verdict_stale(paths: RunPaths, shard_count: int) -> bool:
+    """Whether a shard's output (its manifest, written last) is newer than the gate's verdict
+    (``paths.validation_summary``): a shard rerun since the gate, which ``recs validate``
+    judges. (A newcomer's rerun, stopped before its gate, showed 4 of 4 shards beside the
+    earlier "nothing to validate"; another's report said "passed" of a shard rerun since.)"""
     try:
-        judged = validation_file.stat().st_mtime
+        judged = paths.validation_summary.stat().st_mtime
     except OSError:
         return False
-    return newest_shard is not None and newest_shard > judged
+    for shard_id in range(shard_count):
+        try:
+            if paths.shard_manifest(shard_id).stat().st_mtime > judged:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def stopped_at(stage_times: dict[str, Any] | None) -> dict[str, str] | None:
@@ -249,18 +277,20 @@ def total_lines(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _run_store_line(totals: dict[str, Any]) -> dict[str, str]:
     """``total_lines``' "run store" line, when one is set: what it holds complete, and whether
-    this machine's copies (the lines above) differ."""
+    this machine's copies (the lines above) differ from it."""
     view = totals.get("run_store")
     if not view:
         return {}
     if "error" in view:
         return {"run store": f"cannot be read: {view['error']}"}
+    if view["shard_count"] is None:
+        return {"run store": "holds no snapshot of this run"}
     held = (
-        f"shards done {view['shards_done']} of {totals['shard_count']}, graph "
-        f"{'complete' if view['graph'] else 'not complete'}, verdict "
-        f"{'saved' if view['validation'] else 'none'}"
+        f"shards done {view['shards_done']} of {view['shard_count']}, graph "
+        f"{'complete' if view['graph'] else 'not complete'}, validation "
+        f"{view['validation'].replace('_', ' ')}"
     )
-    local_verdict = totals["validation"] not in ("not_run",)
-    if view["shards_done"] != totals["shards_done"] or view["validation"] != local_verdict:
+    here = (totals["shards_done"], totals["shard_count"], totals["validation"])
+    if here != (view["shards_done"], view["shard_count"], view["validation"]):
         held += " (this machine's copies above differ: they change as its next stage pulls)"
     return {"run store": held}

@@ -14,7 +14,8 @@ Layout of one run (``RunPaths``)::
             manifest.json
         warehouse.duckdb                build_models: the run's one DuckDB file (one writer)
         dbt/target/  dbt/logs/          build_models: dbt's artifacts (run_results.json holds
-                                        the run's vars) and log; dbt/docs/: `recs dbt-docs`
+                                        the run's vars; a rerun's freeze withdraws it) and
+                                        log; dbt/docs/: `recs dbt-docs`
         exports/                        build_models: Parquet exports read by the traversal
             eligible_users/shard_id=N/*.parquet
             follow_exclusions/shard_id=N/*.parquet
@@ -162,6 +163,10 @@ def default_run_id(snapshot_date: dt.date) -> str:
     return f"{CLI_RUN_ID_PREFIX}{snapshot_date.isoformat()}"
 
 
+DBT_RUN_RESULTS = Path("dbt") / "target" / "run_results.json"
+"""``build_models``' dbt run results, relative to the run folder (what the run report reads)."""
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """The run-scoped folders and files of one run.
@@ -259,6 +264,10 @@ class RunPaths:
     @property
     def stage_times(self) -> Path:
         return self.run_dir / "stage_times.json"
+
+    @property
+    def dbt_run_results(self) -> Path:
+        return self.run_dir / DBT_RUN_RESULTS
 
     def shard_dir(self, shard_id: int) -> Path:
         return self.shards_dir / f"shard_id={shard_id:03d}"

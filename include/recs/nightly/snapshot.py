@@ -95,6 +95,12 @@ def freeze_snapshot(
     point_in_time.refuse_cut_off_ahead(paths, wall_clock())
     with run_lock(paths):
         frozen = retained.folder(paths.home, paths.snapshot_date)
+        if rebuild and retained.is_complete(frozen):  # a newcomer's went without a word
+            log.warning(
+                "rebuilding the retained snapshot of %s from the live store, replacing it: rows "
+                "removed or changed there since its cut-off are not restored",
+                paths.snapshot_date.isoformat(),
+            )
         for attempt in range(1, REUSE_ATTEMPTS + 1):
             standby = None
             if not rebuild:

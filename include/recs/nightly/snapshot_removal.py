@@ -10,8 +10,10 @@ the folder aside before deleting it (``recs.files.remove_folder``). The rules of
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,7 @@ def remove(home: Path, name: str, *, unchanged_since: float | None = None) -> st
     lock = lock_file(target)
     if not lock.parent.is_dir():
         return NO_FOLDER
-    if target.is_symlink():  # an operator's: gc removes no data it did not write
-        raise OSError(f"{target} is a symbolic link: left, with what it points at")
+    _check_removable(target)
     with lock.open("a") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -69,8 +70,26 @@ def busy(home: Path, name: str) -> bool:
     """Whether a run holds the lock of ``snapshots/<name>/`` now (freezing or reading it), so
     ``remove`` would return ``BUSY``: ``recs gc --dry-run`` then does not list the date (a
     review's dry run listed a snapshot the real gc left). Asked without creating the lock file
-    (``locks.held``). Raises ``OSError`` for a lock file it may not read."""
-    return held(lock_file(Path(home) / "snapshots" / name))
+    (``locks.held``). Raises ``OSError`` where ``remove`` would (``_check_removable``), and for
+    a lock it may not read."""
+    target = Path(home) / "snapshots" / name
+    _check_removable(target)
+    return held(lock_file(target))
+
+
+def _check_removable(target: Path) -> None:
+    """Raise ``OSError`` for what ``remove`` leaves of the retained folder ``target``: a symbolic
+    link in its place (an operator's: gc removes no data it did not write), or a lock that
+    exists and is not a regular file (a folder; a pipe, whose opening would wait for a writer:
+    a review's gc hung on one)."""
+    if target.is_symlink():
+        raise OSError(f"{target} is a symbolic link: left, with what it points at")
+    try:
+        mode = lock_file(target).stat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file, as a lock file is", str(lock_file(target)))
 
 
 def locked_dates(home: Path) -> list[str]:

@@ -18,33 +18,38 @@ import shutil
 
 from recs.nightly import artifacts
 from recs.nightly.checkpoints import DATA_DOCS_DIR
-from recs.nightly.parts import GRAPH, VALIDATION, shard_part
+from recs.nightly.parts import GRAPH, VALIDATION
 from recs.nightly.runs import RunPaths
 
 log = logging.getLogger(__name__)
 
 _SHARD_DIR = re.compile(r"shard_id=(\d+)")
-_SHARD_NAME = re.compile(r"/(?:shards/)?shard_id=(\d+)(?:/|\.json$)")
-"""A shard's folder (``shards/shard_id=NNN/…``) or marker (``.parts/shard_id=NNN.json``) in a
-run store's listing; not a graph piece's or a gate's (``graph_shard_id=``, ``gate_shard_id=``)."""
+"""A shard's folder under ``shards/``, here and in the run store."""
+_SHARD_MARKER = re.compile(r"shard_id=(\d+)\.json")
+"""A shard's marker under the store's ``.parts/`` (not a graph piece's or a gate's:
+``graph_shard_id=NNN.json``, ``gate_shard_id=NNN.json``)."""
 
 
 def withdraw_results(paths: RunPaths, shard_count: int) -> None:
     """Withdraw what an earlier attempt of the run computed from its snapshot, once this
     attempt has frozen its own: the shards (``withdraw_shards``), the graph (its
     ``meta.json``, written last), the gate's verdict (``paths.validation_summary``,
-    ``validation_results`` and the Data Docs) and the stage times and stop a ``recs run``
-    recorded (``paths.stage_times``: ``recs run`` records this attempt's next; a DAG run's
-    come from Airflow, and a review's DAG rerun still showed "last recs run: stopped at …");
-    in a run store the markers of the graph and the verdict too. (A newcomer's rerun that
-    failed at build_graph still showed the earlier attempt's "4 of 4" shards and "validation
-    passed"; one stopped at build_models let a review traverse shards on the earlier graph.)"""
+    ``validation_results`` and the Data Docs), the stage times and stop a ``recs run`` recorded
+    (``paths.stage_times``: ``recs run`` records this attempt's next; a DAG run's come from
+    Airflow, and a review's DAG rerun still showed "last recs run: stopped at …") and dbt's run
+    results (``paths.dbt_run_results``, whose seconds and problems the report shows; the
+    models' exports stay until ``build_models`` replaces them: no stage reads them without
+    this attempt's graph); in a run store the markers of the graph and the verdict too. (A
+    newcomer's rerun that failed at build_graph still showed the earlier attempt's "4 of 4"
+    shards and "validation passed"; one stopped at build_models let a review traverse shards
+    on the earlier graph.)"""
     withdraw_shards(paths, shard_count)
     for done in (
         paths.graph_dir / "meta.json",
         paths.validation_summary,
         paths.validation_results,
         paths.stage_times,
+        paths.dbt_run_results,
     ):
         done.unlink(missing_ok=True)
     shutil.rmtree(paths.validation_dir / DATA_DOCS_DIR, ignore_errors=True)
@@ -76,21 +81,17 @@ def withdraw_shards(paths: RunPaths, shard_count: int) -> list[str]:
 
 
 def _withdraw_store_shards(paths: RunPaths, shard_count: int) -> None:
-    """``withdraw_shards`` in the run store, if one is set. Two listings find what it holds, so
-    a freeze of a new run asks twice, not once per planned shard (a review counted about
-    2,000 requests a night at 1,024 shards)."""
+    """``withdraw_shards`` in the run store, if one is set, in four requests at most: two
+    listings find what it holds (``shards/`` and the markers), one removes the markers (the
+    planned shards' and those beyond the plan, first: a reader never trusts a half-removed
+    part), one the folders of the shards beyond the plan. (A review counted about 2,000
+    requests a night at 1,024 shards when each planned shard was asked about.)"""
     store = artifacts.run_store()
     if store is None:
         return
-    found: dict[int, list[str]] = {}  # shard id -> its markers listed
-    for folder in ("shards", artifacts.MARKERS):
-        for path in store.listing(paths, folder):
-            match = _SHARD_NAME.search(path)
-            if match:
-                markers = found.setdefault(int(match.group(1)), [])
-                markers += [path] if folder == artifacts.MARKERS else []
-    store.remove_files(
-        [path for shard_id, markers in found.items() if shard_id < shard_count for path in markers]
-    )
-    for shard_id in sorted(shard_id for shard_id in found if shard_id >= shard_count):
-        store.forget(paths, shard_part(shard_id), files=True)
+    beyond = [name for name in store.names(paths, "shards")
+              if (m := _SHARD_DIR.fullmatch(name)) and int(m.group(1)) >= shard_count]  # fmt: skip
+    markers = [name for name in store.names(paths, artifacts.MARKERS)
+               if _SHARD_MARKER.fullmatch(name)]  # fmt: skip
+    store.remove_files(paths, [f"{artifacts.MARKERS}/{name}" for name in markers])
+    store.remove_files(paths, [f"shards/{name}" for name in beyond], recursive=True)

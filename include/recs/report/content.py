@@ -20,8 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import RunNotFoundError
-from recs.nightly.reporting import stopped_at
-from recs.nightly.runs import RunPaths, check_run_id, parse_snapshot_date, run_id_from_airflow
+from recs.nightly.reporting import stopped_at, verdict_stale
+from recs.nightly.runs import (
+    DBT_RUN_RESULTS,
+    RunPaths,
+    check_run_id,
+    parse_snapshot_date,
+    run_id_from_airflow,
+)
 from recs.published import MANIFEST_FILE, current_version, version_dir
 
 STAGES = (
@@ -43,7 +49,7 @@ SKEW_FACTOR = 2.0
 COMPUTED, CARRIED_OVER, FAILED, NOT_RUN = "computed", "carried_over", "failed", "not run"
 DBT_FAILED = ("error", "fail", "runtime error")
 DBT_OK = ("success", "pass", "no-op")  # an exposure's build result is "no-op"
-DBT_RESULTS = Path("dbt") / "target" / "run_results.json"
+DBT_RESULTS = DBT_RUN_RESULTS
 DBT_LOG = Path("dbt") / "logs" / "dbt.log"
 DBT_DOCS = Path("dbt") / "docs" / "static_index.html"
 DATA_DOCS = Path("validation") / "data_docs" / "index.html"
@@ -100,7 +106,8 @@ def run_report(
     ``task_instances``: Airflow's, ``[{"task_id", "map_index", "state", "start_date",
     "end_date", "duration", "try_number"}]`` (ISO strings, seconds). Returns ``{"damaged", "run",
     "stages", "shards", "skew", "gate", "volume", "hubs", "dbt", "files"}``, each described at
-    its function below.
+    its function below; ``gate`` also says whether a shard was computed since the verdict
+    (``stale``: ``reporting.verdict_stale``, as ``recs summary`` says it).
     """
     snapshot = _read(paths.snapshot_manifest) or {}
     settings = snapshot.get("settings") or {}
@@ -133,7 +140,7 @@ def run_report(
         "stages": stage_timings(paths, task_instances, shards),
         "shards": shards,
         "skew": skew(shards),
-        "gate": gate(summary, results),
+        "gate": {**gate(summary, results), "stale": verdict_stale(paths, shard_count)},
         "volume": volume(summary, settings),
         "hubs": hub_traffic(shards),
         "dbt": dbt_results(paths),

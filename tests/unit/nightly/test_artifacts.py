@@ -225,18 +225,41 @@ def test_withdraw_shards_asks_the_store_twice_not_once_per_planned_shard(
 
         return call
 
-    for name in ("exists", "find", "rm", "cat_file"):  # what the store code calls
+    for name in ("exists", "find", "ls", "rm", "cat_file", "cat"):  # what the store code calls
         monkeypatch.setattr(store.fs, name, counted(name, getattr(store.fs, name)))
     withdrawal.withdraw_shards(a, 64)
-    assert calls == ["find", "find"]
+    assert calls == ["ls", "ls"]
     for shard_id in (3, 40):
         write(a, {f"shards/shard_id={shard_id:03d}/manifest.json": b"{}"})
         store.push(a, shard_part(shard_id))
     calls.clear()
     withdrawal.withdraw_shards(a, 64)
-    assert calls == ["find", "find", "rm"]
+    assert calls == ["ls", "ls", "rm"]
     assert store.marker(a, shard_part(3)) is None and store.marker(a, shard_part(40)) is None
     assert store.fs.exists(store.remote(a, "shards/shard_id=040/manifest.json"))
+
+
+@pytest.mark.parametrize("root", ["shard_id=0", "shard_id=9"])
+def test_withdraw_shards_reads_names_in_the_run_not_the_store_path(root, tmp_path, monkeypatch):
+    """(From a review: a first version matched ``shard_id=N`` anywhere in a store path.) A store
+    whose own path has a folder named like a shard: a plan of 4 withdraws the markers of shards
+    0-3 (their files stay), removes shards 4 and 5 whole, and keeps every other marker (the
+    snapshot's, the graph's, a gate result's and a graph piece's)."""
+    from recs.nightly.parts import gate_part, graph_piece_part
+
+    store = RunStore(f"memory://{root}/store-{uuid.uuid4().hex[:8]}")
+    a = machine(tmp_path, "a")
+    others = [SNAPSHOT, GRAPH, gate_part(1), graph_piece_part(2)]
+    for part in [*others, *(shard_part(i) for i in range(6))]:
+        write(a, {f"{part.roots[0]}/manifest.json": b"{}"})
+        store.push(a, part)
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    withdrawal.withdraw_shards(a, 4)
+    assert [store.marker(a, shard_part(i)) for i in range(6)] == [None] * 6
+    assert all(store.marker(a, part) is not None for part in others)
+    assert store.fs.exists(store.remote(a, "shards/shard_id=003/manifest.json"))
+    assert store.names(a, "shards") == [f"shard_id={i:03d}" for i in range(4)]
+    store.fs.rm(f"/{root}", recursive=True)
 
 
 def test_a_rerun_frozen_again_withdraws_the_earlier_attempt_from_the_store(
@@ -428,8 +451,8 @@ def test_a_malformed_run_store_url_is_one_line(tmp_path, monkeypatch, capsys):
 def test_a_store_folder_must_be_absolute_and_where_it_is_made_must_exist(tmp_path):
     """(From a review.) A mistyped or unmounted folder was made silently on this machine's disk
     and a relative one resolved against each task's working directory: both are one-line
-    errors now. A store folder not made yet, in a folder that exists, is fine (its first push
-    makes it), and checking it makes nothing."""
+    errors now, as is one under a file. A store folder not made yet, in a folder that exists, is
+    fine (its first push makes it), and checking it makes nothing."""
     with pytest.raises(RunStoreError, match="must be an absolute path"):
         RunStore("relative/runs")
     missing = tmp_path / "no-such-mount" / "runs"
@@ -440,6 +463,9 @@ def test_a_store_folder_must_be_absolute_and_where_it_is_made_must_exist(tmp_pat
     RunStore(str(tmp_path / "runs")).check()
     RunStore((tmp_path / "runs").as_uri()).check()
     assert not (tmp_path / "runs").exists()
+    (tmp_path / "a file").write_text("")  # a review's store under a file read as empty
+    with pytest.raises(RunStoreError, match="a file is a file, not a folder: correct RECS_RUN"):
+        RunStore((tmp_path / "a file" / "runs").as_uri()).check()
 
 
 def test_no_run_store_means_no_copies(tmp_path, monkeypatch):
@@ -634,3 +660,46 @@ def test_an_assembly_missing_pieces_names_them_all_before_downloading(store, tmp
     assert "graph_shard_id=001, graph_shard_id=002 in the run store" in message, message
     assert "graph_shard_id=000" not in message
     assert tree(assembler) == {"snapshot/manifest.json": manifest}
+
+
+def test_a_machine_that_has_not_seen_a_run_reads_its_summary_from_the_store(
+    tmp_path, monkeypatch, capsys
+):
+    """(From a newcomer: `recs summary --run-id X` on a second machine said "no run", though
+    `recs shard run` there could rerun it.) Machine a froze the run and computed shard 0 of 2
+    into a shared store; on machine b the summary, with the date or without, pulls the run's
+    snapshot manifest and says what the store holds: shard 0, and b's own copies differ. On a,
+    with the store away, the summary of a's own copy still prints, the store named as away."""
+    a = machine(tmp_path, "a")
+    write(a, {
+        "snapshot/manifest.json": json.dumps({"shard_count": 2, "row_counts": {}}).encode(),
+        "shards/shard_id=000/manifest.json": json.dumps({"shard_id": 0, "rows": 3}).encode(),
+    })  # fmt: skip
+    store = RunStore((tmp_path / "shared").as_uri())
+    store.push(a, SNAPSHOT)
+    store.push(a, shard_part(0))
+    monkeypatch.setenv("RECS_HOME", str(tmp_path / "b"))
+    monkeypatch.setenv("RECS_RUN_STORE_URL", store.url)
+    get_settings.cache_clear()
+    artifacts._open.cache_clear()
+    try:
+        for args in (["--run-id", RUN_ID], ["--snapshot-date", DATE, "--run-id", RUN_ID]):
+            code = cli.main(["summary", *args, "--json"])
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            totals = json.loads(out)["totals"]
+            assert totals["shards_done"] == 0 and totals["run_store"]["shards_done"] == 1
+        code = cli.main(["summary", "--run-id", "not-there"])
+        assert code == 2 and "no run not-there under" in capsys.readouterr().err
+        # a store away does not hide a run this machine holds: its line says the store is away
+        monkeypatch.setenv("RECS_HOME", str(tmp_path / "a"))
+        monkeypatch.setenv("RECS_RUN_STORE_URL", (tmp_path / "no-such-mount" / "s").as_uri())
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+        code = cli.main(["summary", "--snapshot-date", DATE, "--run-id", RUN_ID, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "no-such-mount does not exist" in json.loads(out)["totals"]["run_store"]["error"]
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()

@@ -569,26 +569,35 @@ def test_gc_judges_links_in_a_run_by_their_own_time(recs, tmp_path):
 
 
 def test_gc_goes_on_past_a_snapshot_it_cannot_remove(recs, tmp_path, caplog):
-    """(From a review.) 2026-10-01's lock path is a folder: gc says so in a warning and removes
-    2026-10-02 all the same (it stopped at the first before); a second remover of 2026-10-02
-    finds nothing to report (two gc's at once listed it twice)."""
+    """(From reviews.) 2026-10-01's lock path is a folder, 2026-10-04's a named pipe (gc hung
+    opening it): gc says so in a warning and removes 2026-10-02 all the same (it stopped at the
+    first before); a second remover of 2026-10-02 finds nothing to report (two gc's at once
+    listed it twice). A dry run lists what gc removes, no more (it listed 2026-10-01)."""
     from recs.nightly import snapshot_removal
 
     root = tmp_path / "home" / "snapshots"
-    for name in ("2026-10-01", "2026-10-02"):
+    for name in ("2026-10-01", "2026-10-02", "2026-10-04"):
         (root / name).mkdir(parents=True)
         age(root / name, dt.date.fromisoformat(name))
     (root / ".2026-10-01.lock").mkdir()
+    os.mkfifo(root / ".2026-10-04.lock")
     elsewhere = tmp_path / "other disk" / "2026-10-03"
     elsewhere.mkdir(parents=True)
     age(elsewhere, dt.date(2026, 10, 3))
     (root / "2026-10-03").symlink_to(elsewhere)  # an operator's: left, and said (a 2nd review)
+    lock_is_not_a_file = "[Errno 22] not a regular file, as a lock file is"
+    code, out, _ = recs("gc", "--dry-run", "--today", "2026-12-01", "--json")
+    assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-02"]
+    assert f"would leave snapshots/2026-10-01: {lock_is_not_a_file}" in caplog.text
+    assert f"would leave snapshots/2026-10-04: {lock_is_not_a_file}" in caplog.text
     code, out, _ = recs("gc", "--today", "2026-12-01", "--json")
     assert code == 0 and json.loads(out)["removed"]["snapshots"] == ["2026-10-02"]
-    assert "left snapshots/2026-10-01: [Errno 21] Is a directory" in caplog.text
+    assert f"left snapshots/2026-10-01: {lock_is_not_a_file}" in caplog.text
+    assert f"left snapshots/2026-10-04: {lock_is_not_a_file}" in caplog.text
     assert f"left snapshots/2026-10-03: {root / '2026-10-03'} is a symbolic link" in caplog.text
+    assert f"would leave snapshots/2026-10-03: {root / '2026-10-03'} is a symbolic" in caplog.text
     assert sorted(p.name for p in root.iterdir()) == [
-        ".2026-10-01.lock", "2026-10-01", "2026-10-03"
+        ".2026-10-01.lock", ".2026-10-04.lock", "2026-10-01", "2026-10-03", "2026-10-04"
     ]
     assert elsewhere.is_dir()
     assert snapshot_removal.remove(tmp_path / "home", "2026-10-02") == snapshot_removal.NO_FOLDER
@@ -857,11 +866,7 @@ def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
     url = (tmp_path / "store").as_uri()
     _store_on(monkeypatch, url)
     try:
-        paths_a1, settings_a1 = night(tmp_path / "a", 1)
-        validate_run(paths_a1, settings_a1)
-        publish_run(paths_a1, settings_a1)
-        paths_a2, settings_a2 = night(tmp_path / "a", 2)
-        validate_run(paths_a2, settings_a2)
+        paths_a2, settings_a2 = _night_1_published_night_2_validated(tmp_path / "a")
         paths_b2, settings_b2 = night(tmp_path / "b", 2)
         shutil.copytree(paths_a2.validation_dir, paths_b2.validation_dir, dirs_exist_ok=True)
         with pytest.raises(RunStoreError, match="records CURRENT = night_1") as raised:
@@ -887,6 +892,46 @@ def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
     finally:
         get_settings.cache_clear()
         artifacts._open.cache_clear()
+
+
+def test_a_gate_where_published_is_not_served_is_refused_before_it_pushes(tmp_path, monkeypatch):
+    """(From a newcomer: `recs validate` on a second machine, with no published/, pushed an
+    "errored" verdict over the run store's pass, and the first machine's publish then failed.)
+    Machine a publishes night_1 (the store records it) and validates night_2; on machine b the
+    gate of night_2 is refused at once, naming b's folder: the store keeps a's verdict and b
+    writes none."""
+    from recs.errors import ValidationEngineError
+    from recs.nightly import artifacts, pipeline
+    from recs.nightly.artifacts import SNAPSHOT, VALIDATION
+    from recs.nightly.runs import RunPaths
+
+    url = (tmp_path / "store").as_uri()
+    _store_on(monkeypatch, url)
+    try:
+        paths_a2, settings_a2 = _night_1_published_night_2_validated(tmp_path / "a")
+        store = artifacts.RunStore(url)
+        store.push(paths_a2, SNAPSHOT)
+        store.push(paths_a2, VALIDATION)
+        passed = store.read(paths_a2, "validation/summary.json")
+        paths_b2 = RunPaths.create(tmp_path / "b", "2026-11-02", "night_2")
+        with pytest.raises(ValidationEngineError, match="run validate_run where published/ is"):
+            pipeline.validate_run(paths_b2)
+        assert store.read(paths_a2, "validation/summary.json") == passed
+        assert store.marker(paths_a2, VALIDATION) is not None
+        assert not paths_b2.validation_summary.exists()
+    finally:
+        get_settings.cache_clear()
+        artifacts._open.cache_clear()
+
+
+def _night_1_published_night_2_validated(home):
+    """Machine ``home``: night_1 validated and published, night_2 validated; night_2's."""
+    paths_1, settings_1 = night(home, 1)
+    validate_run(paths_1, settings_1)
+    publish_run(paths_1, settings_1)
+    paths_2, settings_2 = night(home, 2)
+    validate_run(paths_2, settings_2)
+    return paths_2, settings_2
 
 
 def _store_on(monkeypatch, url: str) -> None:

@@ -73,15 +73,18 @@ def test_totals_are_sums_of_the_shard_manifests_and_rates_say_which_seconds(tmp_
 
 
 def test_with_a_run_store_the_summary_says_what_it_holds(tmp_path, monkeypatch):
-    """(From a review: a second machine's summary showed the shards a rerun had withdrawn from
-    the store.) This machine holds shards 0 and 1; the store holds shard 0 and the graph
-    complete, no verdict: one line says so, and that this machine's copies differ. A store
-    that cannot be listed is named, the local totals still printed."""
+    """(From two reviews: a second machine's summary showed the shards a rerun had withdrawn from
+    the store; a first version of this line counted markers by name against this machine's
+    plan.) This machine holds shards 0 and 1 of 3 and no verdict. The store, in turn: no
+    snapshot of the run; shard 0 and the graph complete; shard 1 too; shard 1's marker damaged
+    (not trusted); a plan of 4 shards (a rerun elsewhere); an errored verdict. Each line says
+    what the store holds and whether this machine's copies differ. A store that cannot be
+    listed is named, the local totals still printed."""
     import uuid
 
     from recs.errors import RunStoreError
     from recs.nightly import artifacts
-    from recs.nightly.artifacts import GRAPH, RunStore, shard_part
+    from recs.nightly.artifacts import GRAPH, SNAPSHOT, VALIDATION, RunStore, shard_part
 
     paths = RunPaths.create(tmp_path, "2026-11-01", "r1")
     paths.snapshot_dir.mkdir(parents=True)
@@ -92,32 +95,49 @@ def test_with_a_run_store_the_summary_says_what_it_holds(tmp_path, monkeypatch):
         path.write_text(json.dumps({"shard_id": shard_id, "rows": 1, "seconds": 1.0}))
     (paths.graph_dir).mkdir(parents=True)
     (paths.graph_dir / "meta.json").write_text("{}")
-    store = RunStore(f"memory://summary-{uuid.uuid4().hex[:12]}")
-    store.push(paths, shard_part(0))
-    store.push(paths, GRAPH)
+    store = RunStore(f"memory://summary-{uuid.uuid4().hex[:12]}/x")
     monkeypatch.setattr(artifacts, "run_store", lambda: store)
-    summary = run_summary(tmp_path, "2026-11-01", "r1")
-    assert summary["totals"]["shards_done"] == 2
-    assert summary["totals"]["run_store"] == {
-        "url": store.url, "shards_done": 1, "graph": True, "validation": False
+
+    def line():
+        summary = run_summary(tmp_path, "2026-11-01", "r1")
+        assert summary["totals"]["shards_done"] == 2  # this machine's, whatever the store holds
+        return total_lines(summary)["run store"]
+
+    differ = " (this machine's copies above differ: they change as its next stage pulls)"
+    assert line() == "holds no snapshot of this run"
+    store.push(paths, SNAPSHOT)  # frozen, nothing else yet
+    assert line() == "shards done 0 of 3, graph not complete, validation not run" + differ
+    for part in (shard_part(0), GRAPH):
+        store.push(paths, part)
+    assert run_summary(tmp_path, "2026-11-01", "r1")["totals"]["run_store"] == {
+        "url": store.url, "shard_count": 3, "shards_done": 1, "graph": True,
+        "validation": "not_run",
     }  # fmt: skip
-    assert total_lines(summary)["run store"] == (
-        "shards done 1 of 3, graph complete, verdict none (this machine's copies above differ: "
-        "they change as its next stage pulls)"
-    )
+    assert line() == "shards done 1 of 3, graph complete, validation not run" + differ
     store.push(paths, shard_part(1))
-    assert total_lines(run_summary(tmp_path, "2026-11-01", "r1"))["run store"] == (
-        "shards done 2 of 3, graph complete, verdict none"
-    )
+    assert line() == "shards done 2 of 3, graph complete, validation not run"
+    store.fs.pipe(store.remote(paths, ".parts/shard_id=001.json"), b"garbage{")
+    assert line() == "shards done 1 of 3, graph complete, validation not run" + differ
+    store.push(paths, shard_part(1))
+    store.fs.pipe(store.remote(paths, "snapshot/manifest.json"), b'{"shard_count": 4}')
+    assert line() == "shards done 2 of 4, graph complete, validation not run" + differ
+    store.fs.pipe(store.remote(paths, "snapshot/manifest.json"), b'{"shard_count": 3}')
+    paths.validation_summary.parent.mkdir(parents=True)
+    paths.validation_summary.write_text(json.dumps({"outcome": "errored"}))
+    store.push(paths, VALIDATION)
+    paths.validation_summary.unlink()  # this machine has not pulled it
+    assert line() == "shards done 2 of 3, graph complete, validation errored" + differ
 
     def away(*args):
         raise RunStoreError("run store memory://x: cannot list .parts: injected")
 
-    monkeypatch.setattr(store, "listing", away)
-    summary = run_summary(tmp_path, "2026-11-01", "r1")
-    assert summary["totals"]["shards_done"] == 2
-    assert total_lines(summary)["run store"] == (
-        "cannot be read: run store memory://x: cannot list .parts: injected"
+    monkeypatch.setattr(store, "names", away)
+    assert line() == "cannot be read: run store memory://x: cannot list .parts: injected"
+    monkeypatch.undo()
+    monkeypatch.setattr(artifacts, "run_store", lambda: store)
+    store.fs.pipe(store.remote(paths, "snapshot/manifest.json"), b'{"row_counts": {}}')
+    assert line() == (
+        "cannot be read: a damaged snapshot manifest or verdict (KeyError: 'settings')"
     )
 
 

@@ -173,6 +173,21 @@ def test_recs_report_names_the_checks_that_did_not_pass(run):
     assert _not_passed(run_report(run)["gate"]) == ["b", "c (errored)"]
 
 
+def test_a_shard_computed_since_the_gate_makes_its_verdict_stale(run):
+    """(From a newcomer: after `recs shard run`, the summary said "passed (stale …)" and the
+    report "passed: 35 of 35".) A shard manifest newer than the gate's summary: both say so."""
+    import os
+
+    from recs.cli.report import report as report_command  # noqa: F401 - the text is the CLI's
+    from recs.nightly.reporting import run_summary
+
+    assert run_report(run)["gate"]["stale"] is False
+    later = run.validation_summary.stat().st_mtime + 5
+    os.utime(run.shard_manifest(2), (later, later))
+    assert run_report(run)["gate"]["stale"] is True
+    assert run_summary(run.home, DATE, "night_1")["totals"]["validation_stale"] is True
+
+
 def test_a_version_of_the_same_run_id_on_another_date_is_not_this_run(run):
     """(From a review: a never-validated run of 2026-11-05 reusing the id of a published
     2026-11-01 version was reported "published: yes, CURRENT".)"""
