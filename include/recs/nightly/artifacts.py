@@ -321,18 +321,11 @@ class RunStore:
             return None
         return document
 
-    def forget(self, paths: RunPaths, part: Part, *, files: bool = False) -> None:
-        """Withdraw the part (its marker; with ``files`` its files too)."""
-        targets = [self._marker_path(paths, part)]
-        if files:
-            targets += self._remote_files(paths, part)
-        existing = [t for t in targets if self._io("look up", self.fs.exists, t)]
-        if existing:
-            self._io(f"remove {part.name}", self.fs.rm, existing)
-
-    def _remote_files(self, paths: RunPaths, part: Part) -> list[str]:
-        prefix = self.run_root(paths) + "/"
-        return [prefix + relative for relative in self._remote_sizes(paths, part)]
+    def forget(self, paths: RunPaths, part: Part) -> None:
+        """Withdraw the part: its marker (its files stay until a push replaces them)."""
+        marker = self._marker_path(paths, part)
+        if self._io("look up", self.fs.exists, marker):
+            self._io(f"remove {part.name}", self.fs.rm, marker)
 
     def _remote_sizes(self, paths: RunPaths, part: Part) -> dict[str, int | None]:
         """The part's files in the store: their sizes (bytes, None if the store gives none) by

@@ -59,13 +59,13 @@ def withdraw_results(paths: RunPaths, shard_count: int) -> None:
         store.forget(paths, VALIDATION)
 
 
-def withdraw_shards(paths: RunPaths, shard_count: int) -> list[str]:
+def withdraw_shards(paths: RunPaths, shard_count: int) -> None:
     """Make the plan of ``shard_count`` shards the truth: a shard counts as computed only once
     this plan's traversal has written it (its manifest last, and in a run store its marker).
     Here, the planned shards' manifests go and ``shards/shard_id=NNN/`` folders with NNN >=
     ``shard_count`` (left by a plan with more shards) are removed; in a run store, the planned
     shards' markers go (their files stay until the traversal replaces them) and the shards
-    beyond the plan are removed whole. Returns the local folder names removed."""
+    beyond the plan are removed whole."""
     removed = []
     for folder in sorted(paths.shards_dir.glob("shard_id=*")):
         match = _SHARD_DIR.fullmatch(folder.name)
@@ -77,7 +77,6 @@ def withdraw_shards(paths: RunPaths, shard_count: int) -> list[str]:
     if removed:
         log.info("plan %s: removed shard folders outside the plan: %s", paths.run_id, removed)
     _withdraw_store_shards(paths, shard_count)
-    return removed
 
 
 def _withdraw_store_shards(paths: RunPaths, shard_count: int) -> None:

@@ -49,7 +49,7 @@ SKEW_FACTOR = 2.0
 COMPUTED, CARRIED_OVER, FAILED, NOT_RUN = "computed", "carried_over", "failed", "not run"
 DBT_FAILED = ("error", "fail", "runtime error")
 DBT_OK = ("success", "pass", "no-op")  # an exposure's build result is "no-op"
-DBT_RESULTS = DBT_RUN_RESULTS
+DBT_RESULTS = DBT_RUN_RESULTS  # relative to the run folder, for the web view
 DBT_LOG = Path("dbt") / "logs" / "dbt.log"
 DBT_DOCS = Path("dbt") / "docs" / "static_index.html"
 DATA_DOCS = Path("validation") / "data_docs" / "index.html"
@@ -149,7 +149,7 @@ def run_report(
             "results": _if_file(paths.validation_results),
             "summary": _if_file(paths.validation_summary),
             "data_docs": _if_file(paths.run_dir / DATA_DOCS),
-            "dbt_run_results": _if_file(paths.run_dir / DBT_RESULTS),
+            "dbt_run_results": _if_file(paths.dbt_run_results),
             "dbt_log": _if_file(paths.run_dir / DBT_LOG),
             "dbt_docs": _if_file(paths.run_dir / DBT_DOCS),
             "stage_times": _if_file(paths.stage_times),  # recorded by `recs run` only
@@ -256,7 +256,7 @@ def stage_timings(
     seconds."""
     if task_instances:
         return _airflow_stages(task_instances)
-    dbt = _read(paths.run_dir / DBT_RESULTS) or {}
+    dbt = _read(paths.dbt_run_results) or {}
     shard_seconds = [s["seconds"] for s in shards if isinstance(s.get("seconds"), int | float)]
     seconds: dict[str, float | None] = {
         "build_models": dbt.get("elapsed_time"),
@@ -412,7 +412,7 @@ def dbt_results(paths: RunPaths) -> dict[str, Any]:
     """dbt's ``run_results.json`` of the run's build: ``{"available", "elapsed_time", "counts":
     {resource type: {status: n}}, "problems": [{"unique_id", "resource_type", "status",
     "message", "failures"}] (every node not in ``DBT_OK``: failed first), "nodes": n}``."""
-    document = _read(paths.run_dir / DBT_RESULTS)
+    document = _read(paths.dbt_run_results)
     unavailable = {"available": False, "elapsed_time": None, "counts": {}, "problems": [],
                    "nodes": 0}  # fmt: skip
     if document is None or not isinstance(document.get("results", []), list):
@@ -461,7 +461,7 @@ def damaged_files(paths: RunPaths, shard_count: int | None) -> list[str]:
         version_dir(paths.home / "published", paths.run_id) / MANIFEST_FILE,
         paths.validation_summary,
         paths.validation_results,
-        paths.run_dir / DBT_RESULTS,
+        paths.dbt_run_results,
         *(paths.shard_manifest(i) for i in range(shard_count or 0)),
     ]
     return [str(p) for p in candidates if p.is_file() and _read(p) is None]

@@ -178,7 +178,6 @@ def test_a_shard_computed_since_the_gate_makes_its_verdict_stale(run):
     report "passed: 35 of 35".) A shard manifest newer than the gate's summary: both say so."""
     import os
 
-    from recs.cli.report import report as report_command  # noqa: F401 - the text is the CLI's
     from recs.nightly.reporting import run_summary
 
     assert run_report(run)["gate"]["stale"] is False
