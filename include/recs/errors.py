@@ -215,10 +215,11 @@ class ConfigurationError(RecsError):
     """A setting the command needs is missing or unusable (e.g. ``RECS_API_JWT_SECRET``)."""
 
 
-def quoted(value: object, limit: int = 64) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters with the full length said, so
-    an oversized input (a 5,000-digit query parameter) is not echoed back whole."""
-    text = repr(value)
+def quoted(value: object, limit: int = 64, *, render=repr) -> str:
+    """``render(value)`` (``repr``, or e.g. a JSON spelling) for a message, cut to ``limit``
+    characters with the full length said, so an oversized input (a 5,000-digit query
+    parameter) is not echoed back whole."""
+    text = render(value)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(str(value)):,} characters)"

@@ -128,6 +128,12 @@ BAD_BODY = 'invalid request body: expected JSON like {"candidate_id": 123}'
         (WTF.format(1) + "?limit=0", 400, f"invalid limit '0': {BAD_LIMIT}"),
         (WTF.format(1) + "?limit=101", 400, f"invalid limit '101': {BAD_LIMIT}"),
         (WTF.format(1) + "?limit=ten", 400, f"invalid limit 'ten': {BAD_LIMIT}"),
+        # canonical, as ids are (a newcomer's: these read 2, or the default)
+        (WTF.format(1) + "?limit=", 400, f"invalid limit '': {BAD_LIMIT}"),
+        (WTF.format(1) + "?limit=+2", 400, f"invalid limit ' 2': {BAD_LIMIT}"),
+        (WTF.format(1) + "?limit=02", 400, f"invalid limit '02': {BAD_LIMIT}"),
+        (WTF.format(1) + "?limit=2.0", 400, f"invalid limit '2.0': {BAD_LIMIT}"),
+        (WTF.format(1) + "?limit=2&limit=50", 400, "limit given 2 times: give it once"),
         (WTF.format(1) + "?limit=" + "9" * 5000, 400,  # not echoed back whole
          f"invalid limit '{'9' * 63}… (5,000 characters): {BAD_LIMIT}"),
         (WTF.format("7" * 300), 400, f"invalid user id '{'7' * 63}… (300 characters): {BAD_ID}"),
@@ -148,8 +154,8 @@ def test_bad_requests_are_4xx_with_a_message(client, path, status, detail):
         (b"[21]", 400, BAD_BODY),
         (b"[" * 5000 + b"]" * 5000, 400, BAD_BODY),  # nested past the recursion limit: not a 500
         (b'{"candidate": 21}', 400, BAD_BODY),
-        (b'{"candidate_id": "21"}', 400, f"invalid candidate id '21': {BAD_ID}"),
-        (b'{"candidate_id": true}', 400, f"invalid candidate id True: {BAD_ID}"),
+        (b'{"candidate_id": "21"}', 400, f'invalid candidate id "21": {BAD_ID}'),
+        (b'{"candidate_id": true}', 400, f"invalid candidate id true: {BAD_ID}"),
         (b'{"candidate_id": -4}', 400, f"invalid candidate id -4: {BAD_ID}"),
         (b'{"candidate_id": 1}', 400, "user 1 cannot dismiss itself"),
         (b'{"candidate_id": 777}', 404, "unknown candidate 777: not in the live store"),

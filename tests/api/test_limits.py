@@ -222,12 +222,13 @@ def test_non_canonical_candidate_ids_in_paths_are_400(client, world, raw):
 @pytest.mark.parametrize(
     ("body", "shown"),
     [
-        (b'{"candidate_id": true}', "True"),
+        (b'{"candidate_id": true}', "true"),  # as JSON spells it (a newcomer read "True")
         (b'{"candidate_id": 21.0}', "21.0"),
         (b'{"candidate_id": 2.1e1}', "21.0"),
-        (b'{"candidate_id": "21"}', "'21'"),
-        (b'{"candidate_id": -0}', "'-0'"),
-        (b'{"candidate_id": null}', "None"),
+        (b'{"candidate_id": "21"}', '"21"'),
+        (b'{"candidate_id": -0}', "-0"),
+        (b'{"candidate_id": null}', "null"),
+        (b'{"candidate_id": "' + b"9" * 100 + b'"}', '"' + "9" * 63 + "… (100 characters)"),
     ],
 )
 def test_body_candidate_id_must_be_a_json_integer(client, body, shown):

@@ -96,3 +96,9 @@ def test_paired_reads_never_mix_or_go_back(tmp_path):
     assert (mixed, regressions) == (0, 0)
     assert len(seen) >= 10, sorted(seen)  # the switch happened many times under the loop
     assert len(workers) == 2
+    # each worker logs its switches at INFO (server.log_config), v01 first: a worker of
+    # --workers 2 logged none (no handler), and one worker logged them as warnings
+    log = server.text()
+    for pid in workers:
+        assert f"recs.serving [{pid}] serving published version v01 (was none)" in log
+    assert "WARNING" not in log, server.events()[-3000:]

@@ -81,10 +81,10 @@ def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
     command: recs summary --json" (with its value, for an option that takes one) when the
     command named next in ``argv`` (``sys.argv`` when None) has that option and was not given
     it, or, with no command named after it (``recs shard --snapshot-date D``), when exactly one
-    command of the group has it; "" otherwise (and after ``--``, where nothing is an option)."""
+    command of the group has it; else, for an option named as a command's argument, how to give
+    it (``_argument_instead``); "" otherwise (and after ``--``, where nothing is an option)."""
     option, context = getattr(error, "option_name", None), getattr(error, "ctx", None)
-    group = getattr(context, "command", None)
-    if not option or not hasattr(group, "get_command"):
+    if not option or context is None:
         return ""
     words = list(sys.argv[1:] if argv is None else argv)
     at = next((i for i, w in enumerate(words) if w.split("=", 1)[0] == option), None)
@@ -94,6 +94,18 @@ def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
     while outer is not None and outer.parent is not None:  # `recs shard ...`: the group's path
         path.insert(0, outer.info_name)
         outer = outer.parent
+    return _belongs_after(option, context, words, at, path) or _argument_instead(
+        option, context, words, at, path
+    )
+
+
+def _belongs_after(option: str, context, words: list[str], at: int, path: list[str]) -> str:
+    """``_misplaced_option``'s hint for an option that a command of the group (``context``,
+    reached by ``path``) takes: the command named after it in ``words``, or the group's one
+    command that has it."""
+    group = context.command
+    if not hasattr(group, "get_command"):
+        return ""
 
     def taking(name: str):  # the command's parameter of that option, or None
         command = group.get_command(context, name)
@@ -114,6 +126,32 @@ def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
         return "" if param is None or option in later else hint(word, param, place)
     having = [name for name in group.list_commands(context) if taking(name) is not None]
     return hint(having[0], taking(having[0]), len(words)) if len(having) == 1 else ""
+
+
+def _argument_instead(option: str, context, words: list[str], at: int, path: list[str]) -> str:
+    """``_misplaced_option``'s hint for an option named as an argument of the command
+    (``recs runs show --run-id X``), or of exactly one command of the group (``recs runs --run-id
+    X``: a newcomer got Click's line alone): "; RUN_ID is an argument, not an option: recs runs
+    show X" (the value given, else the argument's name); "" otherwise."""
+    name = option.lstrip("-").replace("-", "_")
+    command = context.command
+    if hasattr(command, "get_command"):
+        named = [(n, command.get_command(context, n)) for n in command.list_commands(context)]
+    else:  # `path` already ends with the command
+        named = [(None, command)]
+    found = [
+        (n, param)
+        for n, cmd in named
+        for param in getattr(cmd, "params", [])
+        if param.param_type_name == "argument" and param.name == name
+    ]
+    if len(found) != 1:
+        return ""
+    (command_name, param), word = found[0], words[at]
+    metavar = param.metavar or name.upper()
+    value = word.split("=", 1)[1] if "=" in word else next(iter(words[at + 1 : at + 2]), metavar)
+    where = " ".join(["recs", *path, *([command_name] if command_name else []), value])
+    return f"; {metavar} is an argument, not an option: {where}"
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -318,10 +318,8 @@ def gc(
         ]
         for line in lines:
             out.print(line, highlight=False)
-        kept = ", ".join(f"{k} {v}" for k, v in doc["kept"].items() if v) or (
-            "nothing published"
-            if settings.published_dir.is_dir()
-            else f"nothing published: no {settings.published_dir.resolve()} (is RECS_HOME right?)"
+        kept = ", ".join(f"{k} {v}" for k, v in doc["kept"].items() if v) or _nothing_kept(
+            settings
         )
         err.print(
             f"{verb} {len(lines)} folder(s), ages counted from {doc['today']}; kept {kept}",
@@ -333,6 +331,21 @@ def gc(
         from recs.errors import RunStoreError
 
         raise RunStoreError(result["run_store_error"])
+
+
+def _nothing_kept(settings) -> str:
+    """What ``recs gc`` kept when no version is published here: a home without ``published/``
+    is a mistyped RECS_HOME, or a worker of a run store (a newcomer's worker was asked whether
+    its RECS_HOME was right), whose versions the publishing machine's gc prunes."""
+    where = settings.published_dir.resolve()
+    if settings.published_dir.is_dir():
+        return "nothing published"
+    if settings.run_store_url:
+        return (
+            f"nothing published on this machine (no {where}): the versions are pruned by "
+            "`recs gc` where published/ is"
+        )
+    return f"nothing published: no {where} (is RECS_HOME right?)"
 
 
 runs_app = typer.Typer(

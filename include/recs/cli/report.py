@@ -78,10 +78,11 @@ def report(
 
 
 def _stage_seconds(doc: dict, run_id: str) -> str:
-    """Each stage's seconds the report found; for a run `recs run` did not make (an Airflow DAG
-    run), also where the others are: Airflow's task records, in the plugin's run view (this
-    command does not read Airflow's metadata DB). A newcomer read only build_models and
-    traverse_shard after `make demo` and took the rest for missing."""
+    """Each stage's seconds the report found; for a run without `recs run`'s record, also where
+    the others are: Airflow's task records, in the plugin's run view (this command does not
+    read Airflow's metadata DB), unless its id is the CLI's own (`cli__<date>`), which Airflow
+    never gives. A newcomer read only build_models and traverse_shard after `make demo` and
+    took the rest for missing."""
     from recs.nightly.runs import CLI_RUN_ID_PREFIX
 
     known = ", ".join(
@@ -93,9 +94,12 @@ def _stage_seconds(doc: dict, run_id: str) -> str:
         if run_id.startswith(CLI_RUN_ID_PREFIX):  # `recs run`'s own id: not Airflow's to hold
             where = "recs run records the others in stage_times.json, which this run lacks"
             return f"{known} (from the run's files; {where})" if known else where
+        # a run id of its own may be either's (`recs run --run-id`): a newcomer followed the
+        # link of a recs run's to a view that had no such run
         where = (
-            "Airflow's task records hold every stage's: the run view "
-            f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI"
+            "if Airflow ran it, its task records hold every stage's: the run view "
+            f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI; if recs run "
+            "did, it records them in stage_times.json, which this run lacks"
         )
         return f"{known} (from the run's files; {where})" if known else where
     return known or "none recorded"

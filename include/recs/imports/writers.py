@@ -158,9 +158,11 @@ class StoreWriter:
         label: str,
         progress: Progress | None,
         temporary: bool = False,
+        unit: str = "rows written",
     ) -> int:
         """Append ``frames`` (store columns) to ``table`` through the bulk path; rows written.
-        ``temporary``: create it as a temporary table from the first frame's schema."""
+        ``temporary``: create it as a temporary table from the first frame's schema. Progress
+        lines read ``<label>: N <unit>``."""
         done = 0
         reported = 0
         created = not temporary
@@ -176,10 +178,10 @@ class StoreWriter:
             created = True
             done += batch.num_rows
             if progress is not None and done - reported >= PROGRESS_EVERY_ROWS:
-                progress(f"{label}: {done:,} rows written")
+                progress(f"{label}: {done:,} {unit}")
                 reported = done
         if progress is not None and done != reported:
-            progress(f"{label}: {done:,} rows written")
+            progress(f"{label}: {done:,} {unit}")
         return done
 
     def _arrow(self, frame: pl.DataFrame) -> pa.RecordBatch:
@@ -233,7 +235,10 @@ class StoreWriter:
         staged = self._ingest(
             _TEMP,
             (f.select(["line_number", *columns]) for f in frames),
-            label=f"{spec.table} (staged to merge)",
+            # not yet the table's: the merge below loads the new ones (a newcomer read "2 rows
+            # written" of a merge that then loaded 1, and of one that then failed)
+            label=spec.table,
+            unit="rows staged to merge (then the new ones are loaded)",
             progress=progress,
             temporary=True,
         )

@@ -38,12 +38,13 @@ from typing import Any
 from recs.config import Settings, get_settings
 from recs.errors import RecsError, ValidationEngineError
 from recs.files import read_json, write_json
-from recs.nightly import shard_plan
+from recs.nightly import point_in_time, shard_plan
 from recs.nightly.artifacts import synced
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.reporting import stopped_at
 from recs.nightly.runs import RunPaths, check_shard
 from recs.nightly.withdrawal import withdraw_results, withdraw_shards
+from recs.times import wall_clock
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +379,9 @@ def run_all(
     """
     paths = RunPaths.create(home, snapshot_date, run_id)
     with _locked_until_frozen(paths):
+        # before the first stage's progress line: a newcomer read "→ freeze_snapshot" above
+        # the refusal and took the freeze for started (the freeze checks it too)
+        point_in_time.refuse_cut_off_ahead(paths, wall_clock())
         return _run_all(paths, settings, progress, rebuild_snapshot)
 
 

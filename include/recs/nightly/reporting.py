@@ -75,8 +75,8 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
         # and the run store's sync, a newcomer read 21.5 s against these 19.5), and the compiled
         # kernel's alone, its compiling left out (a newcomer's demo read 3.1 M/s, one shard's
         # 6.3 s of compiling in it): the rate `make bench` measures
-        "traversals_per_shard_second": int(traversals / shard_seconds) if shard_seconds else 0,
-        "traversals_per_kernel_second": int(traversals / kernel_seconds) if kernel_seconds else 0,
+        "traversals_per_shard_second": per_second(traversals, shard_seconds),
+        "traversals_per_kernel_second": per_second(traversals, kernel_seconds),
         "validation": _outcome(validation),
         "validation_stale": verdict_stale(paths, shard_count),
         "stopped_at": _stopped_at(paths),
@@ -98,10 +98,20 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
     }
 
 
+def per_second(count: int, seconds: float) -> int | float:
+    """``count / seconds`` for people: whole from 1,000 up, else to three significant digits (a
+    newcomer's 15 traversals in 16.6 s read 0, not 0.904); 0 without seconds."""
+    if not seconds:
+        return 0
+    rate = count / seconds
+    return int(rate) if rate >= 1000 else float(f"{rate:.3g}")
+
+
 PUBLICATION_STATES = (
-    "no", "other_snapshot", "damaged", "served", "current_unset", "beside_current"
+    "no", "removed", "other_snapshot", "damaged", "served", "current_unset", "beside_current"
 )  # fmt: skip
-"""``totals["published"]`` of ``run_summary``: not published; a version of this run id of
+"""``totals["published"]`` of ``run_summary``: not published; published once, its version
+removed since (by ``recs gc``'s version retention, or by hand); a version of this run id of
 another snapshot; published but not servable; published and named by ``CURRENT``; published
 while ``CURRENT`` names none; published beside the ``CURRENT`` version."""
 
@@ -116,7 +126,7 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
 
     published_dir = Path(home) / "published"
     if not version_dir(published_dir, paths.run_id).is_dir():
-        return "no", "no"
+        return _removed(published_dir, paths.run_id) or ("no", "no")
     problem = None
     try:
         manifest = check_servable(published_dir, paths.run_id)  # reads the manifest once
@@ -139,6 +149,24 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
         return "current_unset", "yes, but CURRENT names no version (`recs runs` says why)"
     return "beside_current", (
         f"yes, beside CURRENT {current}, which is served: `recs rollback --to {paths.run_id}`"
+    )
+
+
+def _removed(published_dir: Path, run_id: str) -> tuple[str, str] | None:
+    """``("removed", words)`` when the publish history (``history.events``) records a publish of
+    ``run_id`` whose version is gone, else None. (A newcomer read "published: no" of a run that
+    had been served for a week, after ``recs gc`` kept only the newest versions.)"""
+    from recs.nightly import history
+
+    published = [
+        e for e in history.events(published_dir)
+        if e["run_id"] == run_id and e.get("action") == "publish"
+    ]  # fmt: skip
+    if not published:
+        return None
+    return "removed", (
+        f"no longer: published at {published[-1].get('at')}, its version has been removed since "
+        "(`recs gc` keeps the RECS_PUBLISHED_RETENTION_VERSIONS most recently used)"
     )
 
 

@@ -56,7 +56,16 @@ def refuse_unseen(
 ) -> None:
     """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
     machine's ``published/`` is not the served one (``unseen_current``; ``finishing``: the
-    version the command makes current, as there)."""
+    version the command makes current, as there). When this machine's ``CURRENT`` names a
+    version, the line ends with the remedy for a store whose record is wrong (a store folder
+    mistyped, then corrected: from a newcomer, who did not find it in the README):
+    ``recs rollback --to <here>`` run here records it (``publish.rollback``)."""
     unseen = unseen_current(published_dir, here, finishing=finishing)
     if unseen is not None:
-        raise error(f"run {command} where published/ is: {unseen}")
+        remedy = (
+            f"; if this is the served one and the store's record is wrong, `recs rollback "
+            f"--to {here}` here records it"
+            if here
+            else ""
+        )
+        raise error(f"run {command} where published/ is: {unseen}{remedy}")

@@ -235,10 +235,10 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             f"validation errored for run {paths.run_id}: {type(error).__name__}: "
             f"{' '.join(str(error).split())[:300]}"
         )
-        if isinstance(error, RecsError):  # a known condition (a damaged CURRENT): its line
-            log.error("validate %s: the gate raised: %s", paths.run_id, error)
-        else:
+        if not isinstance(error, RecsError):  # a defect: its traceback, for the report
             log.exception("validate %s: the gate raised", paths.run_id)
+        # a known condition (a damaged CURRENT) is said once, by the error raised below: a
+        # log line of it too printed it twice above `recs: error` (a newcomer's)
         results_path = report.save("errored", message)
         raise ValidationEngineError(f"{message} (details: {results_path})") from error
 

@@ -17,7 +17,8 @@ text) needs a service-role bearer token unless ``api_metrics_public``.
 Ids in paths (``user_id``, ``candidate_id``) are canonical decimal only: ``0`` or
 ``[1-9][0-9]*`` up to ``2**63 - 1`` (``recs.auth.parse_id``); ``01``, `` 1``, ``+1``, ``1e3``
 are 400, not user 1. The body's ``candidate_id`` must be a JSON integer (not ``true``,
-``1.0``, ``"1"`` or ``-0``). Request bodies are limited to ``api_max_body_bytes`` (16 KiB):
+``1.0``, ``"1"`` or ``-0``). ``limit`` is canonical decimal too, given at most once
+(``read_path.parse_limit``). Request bodies are limited to ``api_max_body_bytes`` (16 KiB):
 a larger ``Content-Length`` is refused before anything is read, a chunked body as soon as it
 grows past the limit (``_BodyLimit``).
 
@@ -392,7 +393,7 @@ def create_app(
         principal = tokens.principal(request.headers.get("authorization"))
         user_id = parse_id(request.path_params["user_id"], "user id")
         check_read(principal, user_id)
-        limit = read_path.parse_limit(request.query_params.get("limit"), settings)
+        limit = read_path.parse_limit(_one_query_value(request, "limit"), settings)
         if store.is_local:
             document = read_list(user_id, limit)
         else:
@@ -503,6 +504,15 @@ _USER_ID_PARAM = {
 _CANDIDATE_ID_PARAM = {**_USER_ID_PARAM, "name": "candidate_id"}
 
 
+def _one_query_value(request: Request, name: str) -> str | None:
+    """The query parameter ``name`` given at most once (None if not given): ``?limit=2&limit=50``
+    is 400, not the last value silently. Raises ``InvalidRequestError``."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise InvalidRequestError(f"{name} given {len(values)} times: give it once")
+    return values[0] if values else None
+
+
 def _limit_param(settings: Settings) -> dict:
     return {
         "name": "limit",
@@ -517,10 +527,20 @@ def _limit_param(settings: Settings) -> dict:
     }
 
 
+class _Literal(str):
+    """A number of the body's JSON kept as its text (``-0``), so it is refused as it was sent."""
+
+
 def _json_int(literal: str) -> int | str:
     """``parse_int`` of the body's JSON: the integer, except ``-0`` (not canonical) which stays
-    the literal text, so it is refused as a non-integer."""
-    return literal if literal == "-0" else int(literal)
+    the literal text (``_Literal``), so it is refused as a non-integer."""
+    return _Literal(literal) if literal == "-0" else int(literal)
+
+
+def _as_sent(value: object) -> str:
+    """A value of the body as the client's JSON spelled it (``true``, ``"21"``, ``-0``): a
+    newcomer read Python's ``True`` in an API's message."""
+    return str(value) if isinstance(value, _Literal) else json.dumps(value, ensure_ascii=False)
 
 
 def _candidate_from_body(body: bytes) -> int:
@@ -536,7 +556,9 @@ def _candidate_from_body(body: bytes) -> int:
         raise InvalidRequestError('invalid request body: expected JSON like {"candidate_id": 123}')
     value = document["candidate_id"]
     if type(value) is not int or not 0 <= value <= MAX_USER_ID:
-        raise InvalidRequestError(f"invalid candidate id {quoted(value)}: {ID_RULE}")
+        raise InvalidRequestError(
+            f"invalid candidate id {quoted(value, render=_as_sent)}: {ID_RULE}"
+        )
     return value
 
 

@@ -48,17 +48,19 @@ __all__ = ["Clock", "parse_limit", "record_dismissal", "remove_dismissal", "wall
 
 
 def parse_limit(text: str | int | None, settings: Settings) -> int:
-    """``?limit=`` as an int in ``1 .. api_max_limit`` (default ``api_default_limit``)."""
-    if text is None or text == "":
+    """``?limit=`` as an int in ``1 .. api_max_limit`` (default ``api_default_limit`` when
+    None: not given). Text is canonical decimal, as ids are (``auth.parse_id``): ``""``,
+    `` 5`` (``?limit=+5`` decodes to it), ``05`` and ``5.0`` are refused, not read as 5 or the
+    default (a newcomer found ids strict and the limit beside them lenient). Raises
+    ``InvalidRequestError``."""
+    if text is None:
         return min(settings.api_default_limit, settings.api_max_limit)
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
+    elif text.isascii() and text.isdigit() and not text.startswith("0") and len(text) <= 9:
+        value = int(text)
     else:
-        stripped = str(text).strip()
-        if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 9:
-            value = -1
-        else:
-            value = int(stripped)
+        value = -1
     if not 1 <= value <= settings.api_max_limit:
         raise InvalidRequestError(
             f"invalid limit {quoted(text)}: expected an integer between 1 and "

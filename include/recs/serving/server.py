@@ -18,6 +18,7 @@ dies); they share the Prometheus multiprocess folder and the served-version stat
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -149,6 +150,25 @@ def uvicorn_options(settings: Settings) -> dict:
     }
 
 
+def log_config() -> dict:
+    """uvicorn's logging configuration plus ours: the ``recs`` loggers at INFO on stderr, each
+    line with the logger's name and the worker's pid. uvicorn applies it in every worker
+    process, so one worker and several log the same lines (a worker started by ``--workers 2``
+    had no handler but Python's last resort, which drops INFO), and a version switch is an
+    INFO line ("serving published version B (was A)"), not a WARNING that alerting would raise
+    every night (a newcomer's finding)."""
+    import uvicorn.config
+
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["formatters"]["recs"] = {  # the worker's pid: which of several switched, or failed
+        "()": "uvicorn.logging.DefaultFormatter",
+        "fmt": "%(levelprefix)s %(name)s [%(process)d] %(message)s",
+    }
+    config["handlers"]["recs"] = {**config["handlers"]["default"], "formatter": "recs"}
+    config["loggers"]["recs"] = {"handlers": ["recs"], "level": "INFO", "propagate": False}
+    return config
+
+
 BIND_HINTS = {
     errno.EADDRINUSE: "another process holds the port? choose another with --port or RECS_API_PORT",
     errno.EADDRNOTAVAIL: "not an address of this machine: give one of its own with --host or "
@@ -240,6 +260,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int, access_log:
             loop="uvloop",
             access_log=access_log,
             log_level="info" if access_log else "warning",
+            log_config=log_config(),
             timeout_graceful_shutdown=10,
             **uvicorn_options(settings),
         )

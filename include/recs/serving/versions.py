@@ -388,9 +388,9 @@ class VersionCache:
         VERSION_INFO.labels(new[0]).set(1)
         VERSION_SWAPS.inc()
         if old is not None and old[0] == new[0]:  # the same run id published again
-            log.warning("serving published version %s again: its files changed", new[0])
-        else:
-            log.warning("serving published version %s (was %s)", new[0], old[0] if old else "none")
+            log.info("serving published version %s again: its files changed", new[0])
+        else:  # INFO: a nightly event, not a problem (``server.log_config`` shows it)
+            log.info("serving published version %s (was %s)", new[0], old[0] if old else "none")
         self._previous, self._serving = old, new
 
     def _evict(self, keep: set) -> None:

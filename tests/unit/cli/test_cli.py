@@ -76,6 +76,14 @@ AFTER = "; it belongs after the command:"
         (["--today", "2026-11-01"], "--today", f"{AFTER} recs gc --today 2026-11-01"),
         (["--snapshot-date", "2026-11-01"], "--snapshot-date", ""),  # several commands have it
         (["runs", "--dry-run"], "--dry-run", ""),  # no command of `runs` has it
+        # an option named as an argument: of the group's one command, or of the command given
+        (["runs", "--run-id", "night_1"], "--run-id",
+         "; RUN_ID is an argument, not an option: recs runs show night_1"),
+        (["runs", "show", "--run-id=night_1"], "--run-id",
+         "; RUN_ID is an argument, not an option: recs runs show night_1"),
+        (["runs", "--run-id"], "--run-id", "; RUN_ID is an argument, not an option: recs runs "
+         "show RUN_ID"),
+        (["--user-id", "7"], "--user-id", ""),  # recommend and token both take one
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):

@@ -42,6 +42,7 @@ def run_import(
     columns: dict | None = None,
     source_options: dict | None = None,
     time_format: str = "iso",
+    progress=None,
     **options,
 ) -> dict:
     path = None
@@ -54,7 +55,7 @@ def run_import(
     )
     parse = parse_options(settings, time_format=time_format)
     return import_table(
-        command, source, columns or {}, settings, ImportOptions(parse=parse, **options)
+        command, source, columns or {}, settings, ImportOptions(parse=parse, **options), progress
     )
 
 
@@ -217,11 +218,15 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
     lines = dict(pl.read_csv(summary["rejects_file"]).select("line_number", "line").rows())
     assert lines[4] == "3,3,2026-01-01,active"  # refused while reading: the raw text
     assert lines[3] == "1,2,2026-01-05 00:00:00.000000,active"  # the duplicate's own values
+    said = []
     again = run_import(
         settings, tmp_path, "edges", "follower_id,followee_id,status\n2,1,pending\n9,1,active\n",
-        name="more.csv", rejects=tmp_path / "more.rej.csv",
+        name="more.csv", rejects=tmp_path / "more.rej.csv", progress=said.append,
     )
     assert again["mode"] == "merge" and again["loaded"] == 1
+    # (a newcomer read "2 rows written" of this merge, which loaded 1)
+    assert "follow_edges: 2 rows staged to merge (then the new ones are loaded)" in said
+    assert not any(line.startswith("follow_edges: ") and "written" in line for line in said)
     assert again["rejected_by_reason"] == {"already_in_store": 1}
     assert pl.read_csv(again["rejects_file"]).select("line_number", "reason", "line").rows() == [
         (2, "already_in_store", "2,1,2000-01-01 00:00:00.000000,pending")  # as read

@@ -18,6 +18,7 @@ from test_validation import write_good_run
 
 from recs import cli
 from recs.config import get_settings
+from recs.nightly import history
 from recs.nightly.publish import publish_run, rollback
 from recs.nightly.validation import validate_run
 from recs.published import check_version, current_version
@@ -871,7 +872,7 @@ def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
         shutil.copytree(paths_a2.validation_dir, paths_b2.validation_dir, dirs_exist_ok=True)
         with pytest.raises(RunStoreError, match="records CURRENT = night_1") as raised:
             publish_run(paths_b2, settings_b2)
-        assert f"{tmp_path / 'b' / 'published'} here has no CURRENT" in str(raised.value)
+        assert str(raised.value).endswith(f"{tmp_path / 'b' / 'published'} here has no CURRENT")
         assert sorted(p.name for p in (tmp_path / "b" / "published").iterdir()) == [".lock"]
         assert artifacts.RunStore(url).current() == "night_1"
 
@@ -885,7 +886,10 @@ def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
         assert stale in str(raised.value)
         with pytest.raises(RunStoreError, match="run recs rollback where published/ is") as raised:
             rollback(tmp_path / "c")
-        assert stale in str(raised.value)
+        assert str(raised.value).endswith(
+            f"{stale}; if this is the served one and the store's record is wrong, `recs "
+            "rollback --to night_2` here records it"
+        )
         assert current_version(tmp_path / "c" / "published") == "night_2"
         assert artifacts.RunStore(url).current() == "night_1"
         assert current_version(tmp_path / "a" / "published") == "night_1"
@@ -967,6 +971,12 @@ def test_gc_on_a_worker_that_does_not_see_published_leaves_the_store_runs(
     assert code == 0, err
     assert json.loads(out)["removed"]["run_store"] == []
     assert store.runs() == [("2026-11-01", "night_1")]
+    code, out, err = recs("gc", "--today", "2026-12-01")  # not "is RECS_HOME right?" (newcomer)
+    assert (code, err[-1]) == (0, (
+        "removed 0 folder(s), ages counted from 2026-12-01; kept nothing published on this "
+        f"machine (no {tmp_path / 'home' / 'published'}): the versions are pruned by `recs gc` "
+        "where published/ is"
+    ))  # fmt: skip
 
 
 def test_gc_while_another_machine_uploads_keeps_the_upload(recs, tmp_path, monkeypatch):
@@ -1286,6 +1296,36 @@ def test_summary_says_whether_the_run_is_published_and_served(recs, tmp_path):
         "other_snapshot", "no (the published night_1 is of another snapshot: 2026-11-01)"
     )
     assert states == ["no", "served", "beside_current", "current_unset", "damaged", "damaged"]
+
+
+def test_summary_says_a_published_version_was_removed_since(recs, tmp_path, monkeypatch):
+    """(From a newcomer: "published: no" of a run served for days, after `recs gc` removed its
+    version.) A run whose version gc removed says when it was published and that it is gone; a
+    run never published still says "no"."""
+    home = tmp_path / "home"
+    for day in (1, 2, 3, 4):
+        night(home, day)
+        assert recs("validate", "--snapshot-date", f"2026-11-0{day}")[0] == 0
+        assert recs("publish", "--snapshot-date", f"2026-11-0{day}")[0] == 0
+    night(home, 5)
+    monkeypatch.setenv("RECS_PUBLISHED_RETENTION_VERSIONS", "2")
+    code, out, err = recs("gc", "--today", "2026-12-01")  # CURRENT night_4 and night_3 stay
+    assert (code, out) == (0, "removed published/night_1\nremoved published/night_2\n"), err
+
+    def published(day: int) -> tuple[str, str]:
+        code, out, _ = recs("summary", "--snapshot-date", f"2026-11-0{day}", "--json")
+        assert code == 0
+        totals = json.loads(out)["totals"]
+        return totals["published"], totals["published_detail"]
+
+    at = next(e["at"] for e in history.events(home / "published") if e["run_id"] == "night_1")
+    assert published(1) == (
+        "removed",
+        f"no longer: published at {at}, its version has been removed since (`recs gc` keeps "
+        "the RECS_PUBLISHED_RETENTION_VERSIONS most recently used)",
+    )
+    assert published(5) == ("no", "no")
+    assert published(3)[0] == "beside_current"
 
 
 def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):

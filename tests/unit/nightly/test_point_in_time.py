@@ -104,8 +104,10 @@ def test_a_refused_run_leaves_no_run_folder_but_another_runs_folder_stays(settin
     date's folder, if empty, are gone; a folder it did not make, here another run's of the same
     date, stays whole."""
     today = dt.datetime.now(dt.UTC).date()
+    started = []  # refused before the first stage starts (a newcomer read the freeze started)
     with pytest.raises(CutOffAheadError):
-        pipeline.run_all(settings.home, today, "early", settings)
+        pipeline.run_all(settings.home, today, "early", settings, progress=started.append)
+    assert started == []
     assert not (settings.home / "runs" / today.isoformat()).exists()
     other = RunPaths.create(settings.home, "2026-11-01", "other")
     (other.run_dir / "notes").mkdir(parents=True)

@@ -185,3 +185,16 @@ def test_a_lock_file_it_may_not_read_makes_in_progress_unknown(tmp_path, monkeyp
     summary = run_summary(tmp_path, "2026-11-01", "r1")
     assert summary["totals"]["in_progress"] is None
     assert total_lines(summary)["in progress"] == "unknown (its lock file cannot be read)"
+
+
+def test_a_small_rate_keeps_three_significant_digits():
+    """(From a newcomer: 15 traversals in 16.597 shard seconds read "0" a second.) By hand:
+    15 / 16.597 = 0.90378…, 999 / 1.0 = 999, 4,000 / 4.0 = 1,000 (whole from there), 1 / 3 =
+    0.333…; no seconds, 0."""
+    from recs.nightly.reporting import per_second
+
+    assert per_second(15, 16.597) == 0.904
+    assert per_second(999, 1.0) == 999.0
+    assert per_second(4_000, 4.0) == 1_000 and isinstance(per_second(4_000, 4.0), int)
+    assert per_second(1, 3.0) == 0.333
+    assert per_second(5, 0.0) == 0

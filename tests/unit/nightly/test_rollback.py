@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import threading
 
 import pytest
@@ -650,7 +651,9 @@ def test_rollback_refuses_unknown_incomplete_and_invalid_versions(three):
 @pytest.mark.parametrize(
     "text", ["", " \n", "night_2 night_3\n", "../night_1", "..", "bogus\n"]
 )
-def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(three, text):
+def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(
+    three, text, caplog
+):
     """(From an open note.) A CURRENT damaged from outside (empty, two names, a path, a name
     no version has: a newcomer's, which the gate took for "cannot be read" and skipped its
     change checks, and a publish recorded as its rollback target) is one line with the remedy
@@ -677,8 +680,11 @@ def test_a_current_naming_no_version_is_refused_until_a_named_rollback_mends_it(
         replaced_version(published, 4, [0, 1, 2, 3])  # the gate's change checks compare with it
     with pytest.raises(CorruptFileError, match=remedy):
         publish_run(paths, settings)
+    caplog.clear()
     with pytest.raises(ValidationEngineError, match=remedy):  # the gate errs, with the remedy
         validate_run(paths, settings)
+    # said once, by the error (a newcomer read it twice: a log line above `recs: error`)
+    assert [r.message for r in caplog.records if r.levelno >= logging.ERROR] == []
     with pytest.raises(CorruptFileError, match=remedy):
         rollback(three)
     with pytest.raises(CorruptFileError, match=remedy):

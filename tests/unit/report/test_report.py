@@ -137,9 +137,10 @@ def test_recs_report_says_where_a_dag_runs_stage_seconds_are(run):
     document = run_report(run)
     assert document["files"]["stage_times"] is None
     assert _stage_seconds(document, "night_1") == (
-        "build_models 9.0, traverse_shard 4.5 (from the run's files; Airflow's task records "
-        "hold every stage's: the run view /recs/runs/recs_who_to_follow_nightly/night_1 in "
-        "Airflow's UI)"
+        "build_models 9.0, traverse_shard 4.5 (from the run's files; if Airflow ran it, its "
+        "task records hold every stage's: the run view "
+        "/recs/runs/recs_who_to_follow_nightly/night_1 in Airflow's UI; if recs run did, it "
+        "records them in stage_times.json, which this run lacks)"
     )
     _write(run.stage_times, {"stages": {"freeze_snapshot": 2.5}})
     document = run_report(run)
