@@ -229,6 +229,8 @@ def test_non_canonical_candidate_ids_in_paths_are_400(client, world, raw):
         (b'{"candidate_id": -0}', "-0"),
         (b'{"candidate_id": null}', "null"),
         (b'{"candidate_id": "' + b"9" * 100 + b'"}', '"' + "9" * 63 + "… (100 characters)"),
+        (b'{"candidate_id": "\\ud800"}', '"\\ud800"'),  # a lone surrogate: 400, not 500
+        (b'{"candidate_id": "\xe2\x80\xae1"}', '"\\u202e1"'),  # right-to-left override
     ],
 )
 def test_body_candidate_id_must_be_a_json_integer(client, body, shown):

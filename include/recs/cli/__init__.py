@@ -12,6 +12,7 @@ cause exits non-zero with one line ``recs: error: …`` on stderr, never a trace
 from __future__ import annotations
 
 import logging
+import shlex
 import signal
 import sys
 
@@ -132,26 +133,33 @@ def _argument_instead(option: str, context, words: list[str], at: int, path: lis
     """``_misplaced_option``'s hint for an option named as an argument of the command
     (``recs runs show --run-id X``), or of exactly one command of the group (``recs runs --run-id
     X``: a newcomer got Click's line alone): "; RUN_ID is an argument, not an option: recs runs
-    show X" (the value given, else the argument's name); "" otherwise."""
+    show X" (the value given, quoted for a shell, else the argument's name); an argument of one
+    value only, named as the option by its name or its metavar; "" otherwise."""
     name = option.lstrip("-").replace("-", "_")
     command = context.command
     if hasattr(command, "get_command"):
         named = [(n, command.get_command(context, n)) for n in command.list_commands(context)]
     else:  # `path` already ends with the command
         named = [(None, command)]
+
+    def shown(param) -> str:  # `[PATH]` of an optional argument: PATH
+        return (param.metavar or param.name.upper()).strip("[].")
+
     found = [
         (n, param)
         for n, cmd in named
         for param in getattr(cmd, "params", [])
-        if param.param_type_name == "argument" and param.name == name
+        if param.param_type_name == "argument"
+        and param.nargs == 1
+        and name in (param.name, shown(param).lower())
     ]
     if len(found) != 1:
         return ""
     (command_name, param), word = found[0], words[at]
-    metavar = param.metavar or name.upper()
-    value = word.split("=", 1)[1] if "=" in word else next(iter(words[at + 1 : at + 2]), metavar)
+    given = word.split("=", 1)[1] if "=" in word else next(iter(words[at + 1 : at + 2]), "")
+    value = shlex.quote(given) if given and not given.startswith("-") else shown(param)
     where = " ".join(["recs", *path, *([command_name] if command_name else []), value])
-    return f"; {metavar} is an argument, not an option: {where}"
+    return f"; {shown(param)} is an argument, not an option: {where}"
 
 
 def _interrupted(error: BaseException) -> bool:

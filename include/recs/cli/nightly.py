@@ -335,12 +335,13 @@ def gc(
 
 def _nothing_kept(settings) -> str:
     """What ``recs gc`` kept when no version is published here: a home without ``published/``
-    is a mistyped RECS_HOME, or a worker of a run store (a newcomer's worker was asked whether
-    its RECS_HOME was right), whose versions the publishing machine's gc prunes."""
+    is a mistyped RECS_HOME (surely so when the home itself is missing), or a worker of a run
+    store (a newcomer's worker was asked whether its RECS_HOME was right), whose versions the
+    publishing machine's gc prunes."""
     where = settings.published_dir.resolve()
     if settings.published_dir.is_dir():
         return "nothing published"
-    if settings.run_store_url:
+    if settings.run_store_url and settings.home.is_dir():
         return (
             f"nothing published on this machine (no {where}): the versions are pruned by "
             "`recs gc` where published/ is"

@@ -49,7 +49,7 @@ def report(
                     else {}
                 ),
                 "published": "yes, CURRENT" if run["is_current"] else (
-                    "yes" if run["published"] else "no"
+                    "yes" if run["published"] else _removed_text(run["removed_since"])
                 ),
                 "stage seconds": _stage_seconds(doc, paths.run_id),
                 "gate": f"{gate['outcome']}: {gate['passed']} of {gate['evaluated']} passed"
@@ -75,6 +75,11 @@ def report(
         )
 
     emit(document, as_json, render)
+
+
+def _removed_text(at: str | None) -> str:
+    """"no", or for a version removed since it was published (``removed_since``), when."""
+    return f"no longer (published at {at}, its version removed since)" if at else "no"
 
 
 def _stage_seconds(doc: dict, run_id: str) -> str:

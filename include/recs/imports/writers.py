@@ -235,10 +235,10 @@ class StoreWriter:
         staged = self._ingest(
             _TEMP,
             (f.select(["line_number", *columns]) for f in frames),
-            # not yet the table's: the merge below loads the new ones (a newcomer read "2 rows
-            # written" of a merge that then loaded 1, and of one that then failed)
+            # not yet the table's: the merge below loads the new ones and, asked to, updates
+            # (a newcomer read "2 rows written" of a merge that loaded 1, and of one that failed)
             label=spec.table,
-            unit="rows staged to merge (then the new ones are loaded)",
+            unit="rows staged to merge",
             progress=progress,
             temporary=True,
         )

@@ -3,10 +3,11 @@
 ``published/.history.jsonl`` holds one JSON object a line, appended and fsynced under the
 publisher lock by ``publish_run``, ``set_current`` and ``rollback`` (``recs.nightly.publish``):
 ``{"seq", "at", "action": "publish" | "rollback" | "set_current", "run_id", "previous",
-"current"}``; ``previous`` is what ``CURRENT`` named before, ``current`` whether it names
-``run_id`` after (a backfill of an older date is published without becoming current); ``at``
-is the UTC time, for people reading it: nothing computes with it. A version is never a part of
-it, so a version's bytes stay independent of when it was published.
+"current"}``, and a publish's ``snapshot_date`` (the version's; absent in events written
+before it was recorded); ``previous`` is what ``CURRENT`` named before, ``current`` whether
+it names ``run_id`` after (a backfill of an older date is published without becoming
+current); ``at`` is the UTC time, for people reading it: nothing computes with it. A version
+is never a part of it, so a version's bytes stay independent of when it was published.
 
 An event is appended *before* ``CURRENT`` is switched. A switch that then fails (a full disk,
 a killed process) leaves an event for a change that did not happen, and its retry appends
@@ -36,13 +37,14 @@ HISTORY_FILE = ".history.jsonl"  # hidden: no run id starts with a dot
 
 
 def events(published_dir: Path) -> list[dict[str, Any]]:
-    """Every recorded change, oldest first (unreadable lines are skipped; no file: ``[]``)."""
+    """Every recorded change, oldest first (unreadable lines, bytes that are not UTF-8 among
+    them, are skipped; no file: ``[]``). Raises ``OSError`` (a folder in its place)."""
     return _parsed(_text(Path(published_dir) / HISTORY_FILE) or "")
 
 
 def _text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
+    try:  # a byte that is not UTF-8 spoils its line only (a review's: a traceback before)
+        return path.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
 
@@ -60,9 +62,16 @@ def _parsed(text: str) -> list[dict[str, Any]]:
 
 
 def record(
-    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
+    published_dir: Path,
+    action: str,
+    run_id: str,
+    previous: str | None,
+    *,
+    current: bool,
+    snapshot_date: str | None = None,
 ) -> dict[str, Any]:
-    """Append one event (call under the publisher lock) and fsync it; return it."""
+    """Append one event (call under the publisher lock) and fsync it; return it.
+    ``snapshot_date`` is recorded when given (a publish's)."""
     path = Path(published_dir) / HISTORY_FILE
     text = _text(path)
     torn = bool(text) and not text.endswith("\n")  # an append cut off mid-line: end it first
@@ -73,6 +82,7 @@ def record(
         "run_id": run_id,
         "previous": previous,
         "current": current,
+        **({"snapshot_date": snapshot_date} if snapshot_date is not None else {}),
     }
     with path.open("a", encoding="utf-8") as handle:
         handle.write(("\n" if torn else "") + json.dumps(event, sort_keys=True) + "\n")

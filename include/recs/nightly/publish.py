@@ -145,9 +145,10 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
             replaced = _move_into_place(staging, published_dir / run_id)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        if newer is None:
-            record_event(published_dir, "publish", run_id, previous, current=True)  # first
-            write_current(published_dir, run_id)  # (why: recs.nightly.history)
+        event = {"current": newer is None, "snapshot_date": paths.snapshot_date.isoformat()}
+        if newer is None:  # the event first (why: recs.nightly.history)
+            record_event(published_dir, "publish", run_id, previous, **event)
+            write_current(published_dir, run_id)
         else:
             log.warning(
                 "published %s but left CURRENT on %s: its snapshot %s is newer than %s "
@@ -158,7 +159,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
                 paths.snapshot_date.isoformat(),
                 run_id,
             )
-            record_event(published_dir, "publish", run_id, previous, current=False)
+            record_event(published_dir, "publish", run_id, previous, **event)
 
     return {
         "run_id": run_id,

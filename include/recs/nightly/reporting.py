@@ -99,12 +99,12 @@ def run_summary(home: Path, snapshot_date: str | dt.date, run_id: str | None = N
 
 
 def per_second(count: int, seconds: float) -> int | float:
-    """``count / seconds`` for people: whole from 1,000 up, else to three significant digits (a
-    newcomer's 15 traversals in 16.6 s read 0, not 0.904); 0 without seconds."""
+    """``count / seconds`` for people: whole (rounded) from 100 up, else to three significant
+    digits (a newcomer's 15 traversals in 16.6 s read 0, not 0.904); 0 without seconds."""
     if not seconds:
         return 0
     rate = count / seconds
-    return int(rate) if rate >= 1000 else float(f"{rate:.3g}")
+    return round(rate) if rate >= 99.95 else float(f"{rate:.3g}")
 
 
 PUBLICATION_STATES = (
@@ -126,7 +126,7 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
 
     published_dir = Path(home) / "published"
     if not version_dir(published_dir, paths.run_id).is_dir():
-        return _removed(published_dir, paths.run_id) or ("no", "no")
+        return _removed(published_dir, paths) or ("no", "no")
     problem = None
     try:
         manifest = check_servable(published_dir, paths.run_id)  # reads the manifest once
@@ -152,20 +152,37 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
     )
 
 
-def _removed(published_dir: Path, run_id: str) -> tuple[str, str] | None:
-    """``("removed", words)`` when the publish history (``history.events``) records a publish of
-    ``run_id`` whose version is gone, else None. (A newcomer read "published: no" of a run that
-    had been served for a week, after ``recs gc`` kept only the newest versions.)"""
+def removed_since(published_dir: Path, run_id: str, snapshot_date: str) -> str | None:
+    """When ``run_id`` of ``snapshot_date`` (ISO) was last published (the history's ``at``:
+    ``history.events``; an event without a date, written before dates were recorded, is taken
+    as of any date) if its version is gone since (by ``recs gc``'s version retention, or by
+    hand), else None (never published, or its folder is there; a run id reused for another
+    date once the version was removed is not the published one). (A newcomer read "published:
+    no" of a run that had been served for a week, after ``recs gc`` kept only the newest
+    versions.)"""
     from recs.nightly import history
 
+    if version_dir(published_dir, run_id).is_dir():
+        return None
+    try:
+        events = history.events(published_dir)
+    except OSError:  # a folder in its place: what the summary says stays "no"
+        return None
     published = [
-        e for e in history.events(published_dir)
+        e for e in events
         if e["run_id"] == run_id and e.get("action") == "publish"
+        and e.get("snapshot_date", snapshot_date) == snapshot_date
     ]  # fmt: skip
-    if not published:
+    return str(published[-1].get("at")) if published else None
+
+
+def _removed(published_dir: Path, paths: RunPaths) -> tuple[str, str] | None:
+    """``("removed", words)`` when ``removed_since`` says when, else None."""
+    at = removed_since(published_dir, paths.run_id, paths.snapshot_date.isoformat())
+    if at is None:
         return None
     return "removed", (
-        f"no longer: published at {published[-1].get('at')}, its version has been removed since "
+        f"no longer: published at {at}, its version has been removed since "
         "(`recs gc` keeps the RECS_PUBLISHED_RETENTION_VERSIONS most recently used)"
     )
 

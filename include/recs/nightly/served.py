@@ -57,15 +57,18 @@ def refuse_unseen(
     """Raise ``error`` (one line: ``run <command> where published/ is: ...``) when this
     machine's ``published/`` is not the served one (``unseen_current``; ``finishing``: the
     version the command makes current, as there). When this machine's ``CURRENT`` names a
-    version, the line ends with the remedy for a store whose record is wrong (a store folder
-    mistyped, then corrected: from a newcomer, who did not find it in the README):
-    ``recs rollback --to <here>`` run here records it (``publish.rollback``)."""
+    version published here, the line ends with the remedy for a store whose record is wrong (a
+    store folder mistyped, then corrected: from a newcomer, who did not find it in the README),
+    ``recs rollback --to <here>`` run here (``publish.rollback``), and why it is not for a
+    stale copy: there it would misdirect the served machine (a review's)."""
     unseen = unseen_current(published_dir, here, finishing=finishing)
-    if unseen is not None:
+    if unseen is None:
+        return
+    remedy = ""
+    if here and (Path(published_dir) / here).is_dir():
         remedy = (
-            f"; if this is the served one and the store's record is wrong, `recs rollback "
-            f"--to {here}` here records it"
-            if here
-            else ""
+            f"; only if this is the served published/ and the store's record is the wrong one "
+            f"(its RECS_RUN_STORE_URL was changed), `recs rollback --to {here}` here records "
+            f"{here} (on a stale copy it would misdirect the served machine)"
         )
-        raise error(f"run {command} where published/ is: {unseen}{remedy}")
+    raise error(f"run {command} where published/ is: {unseen}{remedy}")

@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from recs import files
 from recs.errors import RecsError, SwitchError
@@ -38,12 +39,13 @@ tells its own switch from another process's by it)."""
 
 
 def record_event(
-    published_dir: Path, action: str, run_id: str, previous: str | None, *, current: bool
+    published_dir: Path, action: str, run_id: str, previous: str | None, **fields: Any
 ) -> None:
-    """``history.record``, its ``OSError`` (a full disk) a ``SwitchError`` saying that nothing
-    was switched: the event is appended before ``CURRENT`` is touched."""
+    """``history.record`` (``fields``: its keyword arguments), its ``OSError`` (a full disk) a
+    ``SwitchError`` saying that nothing was switched: the event is appended before ``CURRENT``
+    is touched."""
     try:
-        history.record(published_dir, action, run_id, previous, current=current)
+        history.record(published_dir, action, run_id, previous, **fields)
     except OSError as error:
         raise SwitchError(
             f"could not record the {action} of {run_id} in {history.HISTORY_FILE}: {error}; "

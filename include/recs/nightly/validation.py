@@ -231,14 +231,16 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         report.save("nothing_to_validate", str(error))
         raise
     except Exception as error:  # noqa: BLE001 - any exception of the gate is its own outcome
-        message = (
+        known = isinstance(error, RecsError)  # a condition with its line (a damaged CURRENT)
+        text = " ".join(str(error).split())
+        message = (  # a known line whole: it is said only here, with its remedy (a review's)
             f"validation errored for run {paths.run_id}: {type(error).__name__}: "
-            f"{' '.join(str(error).split())[:300]}"
+            f"{text if known else text[:300]}"
         )
-        if not isinstance(error, RecsError):  # a defect: its traceback, for the report
+        if not known:  # a defect: its traceback, for the report
             log.exception("validate %s: the gate raised", paths.run_id)
-        # a known condition (a damaged CURRENT) is said once, by the error raised below: a
-        # log line of it too printed it twice above `recs: error` (a newcomer's)
+        # a known condition is said once, by the error raised below: a log line of it too
+        # printed it twice above `recs: error` (a newcomer's)
         results_path = report.save("errored", message)
         raise ValidationEngineError(f"{message} (details: {results_path})") from error
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import RunNotFoundError
-from recs.nightly.reporting import stopped_at, verdict_stale
+from recs.nightly.reporting import removed_since, stopped_at, verdict_stale
 from recs.nightly.runs import (
     DBT_RUN_RESULTS,
     RunPaths,
@@ -76,7 +76,8 @@ def find_run(home: Path, run_id: str, snapshot_date: str | dt.date | None = None
 
 def list_runs(home: Path, limit: int = 30) -> list[dict[str, Any]]:
     """The newest ``limit`` run folders: ``[{"run_id", "snapshot_date", "outcome", "rows",
-    "users", "published"}]``, newest date first (then by last change)."""
+    "users", "published", "removed_since"}]`` (``removed_since``: ``reporting.removed_since``),
+    newest date first (then by last change)."""
     home = Path(home)
     published = home / "published"
     folders = [p for p in (home / "runs").glob("*/*") if p.is_dir() and not p.name.startswith(".")]
@@ -92,6 +93,7 @@ def list_runs(home: Path, limit: int = 30) -> list[dict[str, Any]]:
                 "rows": summary.get("rows"),
                 "users": summary.get("users"),
                 "published": (published / folder.name / MANIFEST_FILE).is_file(),
+                "removed_since": removed_since(published, folder.name, folder.parent.name),
             }
         )
     return runs
@@ -134,6 +136,10 @@ def run_report(
             "published": version is not None,
             "is_current": version is not None
             and current_version(published_dir, strict=False) == paths.run_id,
+            # published once, its version gone since (gc): not "not published"
+            "removed_since": removed_since(
+                published_dir, paths.run_id, paths.snapshot_date.isoformat()
+            ),
             "rows": (version or summary or {}).get("rows"),
             "users": (version or summary or {}).get("users"),
         },

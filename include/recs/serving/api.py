@@ -539,8 +539,10 @@ def _json_int(literal: str) -> int | str:
 
 def _as_sent(value: object) -> str:
     """A value of the body as the client's JSON spelled it (``true``, ``"21"``, ``-0``): a
-    newcomer read Python's ``True`` in an API's message."""
-    return str(value) if isinstance(value, _Literal) else json.dumps(value, ensure_ascii=False)
+    newcomer read Python's ``True`` in an API's message. ASCII, other characters escaped: a
+    lone surrogate (``"\\ud800"``) could not be encoded in the answer (a review's 500), and a
+    control or bidirectional character is not echoed raw."""
+    return str(value) if isinstance(value, _Literal) else json.dumps(value)
 
 
 def _candidate_from_body(body: bytes) -> int:

@@ -83,7 +83,17 @@ AFTER = "; it belongs after the command:"
          "; RUN_ID is an argument, not an option: recs runs show night_1"),
         (["runs", "--run-id"], "--run-id", "; RUN_ID is an argument, not an option: recs runs "
          "show RUN_ID"),
-        (["--user-id", "7"], "--user-id", ""),  # recommend and token both take one
+        # (a review's) no value, an option after it, a value for a shell, a metavar's brackets
+        (["runs", "show", "--run-id="], "--run-id", "; RUN_ID is an argument, not an option: "
+         "recs runs show RUN_ID"),
+        (["runs", "show", "--run-id", "--json"], "--run-id", "; RUN_ID is an argument, not an "
+         "option: recs runs show RUN_ID"),
+        (["runs", "show", "--run-id", "a b"], "--run-id", "; RUN_ID is an argument, not an "
+         "option: recs runs show 'a b'"),
+        (["import", "edges", "--path", "x.csv"], "--path", "; PATH is an argument, not an "
+         "option: recs import edges x.csv"),
+        (["ingest", "--paths", "a", "b"], "--paths", ""),  # several values: not rebuilt
+        (["--user-id", "7"], "--user-id", ""),  # recommend and token both take one (metavar)
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):

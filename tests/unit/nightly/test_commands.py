@@ -634,7 +634,7 @@ def test_discarding_snapshots_skips_a_date_gc_removed_meanwhile(tmp_path):
     assert not (home / "snapshots" / "2026-10-02").exists()
 
 
-def test_gc_dry_run_and_a_refused_rollback_make_nothing(recs, tmp_path):
+def test_gc_dry_run_and_a_refused_rollback_make_nothing(recs, tmp_path, monkeypatch):
     """(A newcomer's: run from another folder, they each left ./data/published/.lock.) On a
     home with nothing in it, `gc --dry-run` and `gc` say nothing is published and where they
     looked, a rollback is refused with one line, and no file or folder is made."""
@@ -647,6 +647,12 @@ def test_gc_dry_run_and_a_refused_rollback_make_nothing(recs, tmp_path):
         code, _, err = recs(*command)
         assert code == 2 and "nothing is published under" in one_error(err)
     assert not home.exists()
+    _store_on(monkeypatch, (tmp_path / "store").as_uri())  # a home missing is a typo still
+    try:
+        code, out, err = recs("gc", "--dry-run")
+        assert code == 0 and err[-1].endswith("(is RECS_HOME right?)"), err
+    finally:
+        get_settings.cache_clear()
 
 
 def test_a_date_lock_whose_file_never_stays_gives_up_with_one_line(tmp_path, monkeypatch):
@@ -887,9 +893,15 @@ def test_publishing_or_moving_current_where_published_is_not_served_is_refused(
         with pytest.raises(RunStoreError, match="run recs rollback where published/ is") as raised:
             rollback(tmp_path / "c")
         assert str(raised.value).endswith(
-            f"{stale}; if this is the served one and the store's record is wrong, `recs "
-            "rollback --to night_2` here records it"
+            f"{stale}; only if this is the served published/ and the store's record is the "
+            "wrong one (its RECS_RUN_STORE_URL was changed), `recs rollback --to night_2` here "
+            "records night_2 (on a stale copy it would misdirect the served machine)"
         )
+        (tmp_path / "c" / "published" / "CURRENT").write_text("night_9\n")  # no such version
+        with pytest.raises(RunStoreError, match="run recs rollback where published/ is") as raised:
+            rollback(tmp_path / "c", "night_1")
+        assert str(raised.value).endswith("here names night_9")  # no remedy naming it (review)
+        (tmp_path / "c" / "published" / "CURRENT").write_text("night_2\n")
         assert current_version(tmp_path / "c" / "published") == "night_2"
         assert artifacts.RunStore(url).current() == "night_1"
         assert current_version(tmp_path / "a" / "published") == "night_1"
@@ -971,6 +983,7 @@ def test_gc_on_a_worker_that_does_not_see_published_leaves_the_store_runs(
     assert code == 0, err
     assert json.loads(out)["removed"]["run_store"] == []
     assert store.runs() == [("2026-11-01", "night_1")]
+    (tmp_path / "home" / "runs").mkdir(parents=True)  # a worker's home, where its runs are
     code, out, err = recs("gc", "--today", "2026-12-01")  # not "is RECS_HOME right?" (newcomer)
     assert (code, err[-1]) == (0, (
         "removed 0 folder(s), ages counted from 2026-12-01; kept nothing published on this "
@@ -1326,6 +1339,27 @@ def test_summary_says_a_published_version_was_removed_since(recs, tmp_path, monk
     )
     assert published(5) == ("no", "no")
     assert published(3)[0] == "beside_current"
+    from recs.nightly.runs import RunPaths
+    from recs.report.content import list_runs, run_report
+
+    report = run_report(RunPaths.find(home, "2026-11-01", "night_1"))["run"]
+    assert (report["published"], report["removed_since"]) == (False, at)  # the run view's too
+    runs = {r["run_id"]: r for r in list_runs(home)}
+    assert (runs["night_1"]["removed_since"], runs["night_5"]["removed_since"]) == (at, None)
+    code, out, _ = recs("report", "--snapshot-date", "2026-11-01")
+    assert f"no longer (published at {at}, its version removed since)" in " ".join(out.split())
+    # night_1 again, of another date, once its version is gone: never published itself
+    reused = RunPaths.create(home, dt.date(2026, 11, 9), "night_1")
+    reused.snapshot_dir.mkdir(parents=True)
+    reused.snapshot_manifest.write_text(json.dumps({"shard_count": 4}))
+    assert published(9) == ("no", "no")
+    events = home / "published" / history.HISTORY_FILE  # (a review's: a traceback, then exit 74)
+    with events.open("ab") as handle:
+        handle.write(b"\xff\xfe\n")  # bytes that are not UTF-8: their line is skipped
+    assert published(1)[0] == "removed"
+    events.unlink()
+    events.mkdir()  # a folder in its place: the summary still answers
+    assert published(1) == ("no", "no")
 
 
 def test_summary_marks_a_verdict_older_than_the_shards_as_stale(recs, tmp_path):

@@ -189,12 +189,14 @@ def test_a_lock_file_it_may_not_read_makes_in_progress_unknown(tmp_path, monkeyp
 
 def test_a_small_rate_keeps_three_significant_digits():
     """(From a newcomer: 15 traversals in 16.597 shard seconds read "0" a second.) By hand:
-    15 / 16.597 = 0.90378…, 999 / 1.0 = 999, 4,000 / 4.0 = 1,000 (whole from there), 1 / 3 =
-    0.333…; no seconds, 0."""
+    15 / 16.597 = 0.90378…, 1 / 3 = 0.333…, 99.94 / 1.0 = 99.94; whole (rounded) from 100 up:
+    999 / 1.0 = 999, 9,997 / 10.0 = 999.7 → 1,000 (a review's read "1,000.0"); no seconds, 0."""
     from recs.nightly.reporting import per_second
 
     assert per_second(15, 16.597) == 0.904
-    assert per_second(999, 1.0) == 999.0
-    assert per_second(4_000, 4.0) == 1_000 and isinstance(per_second(4_000, 4.0), int)
     assert per_second(1, 3.0) == 0.333
+    assert per_second(9_994, 100.0) == 99.9
+    for count, seconds, rate in ((999, 1.0, 999), (9_997, 10.0, 1_000), (4_000, 4.0, 1_000)):
+        assert per_second(count, seconds) == rate
+        assert isinstance(per_second(count, seconds), int)
     assert per_second(5, 0.0) == 0

@@ -590,3 +590,24 @@ def test_derived_frames_by_hand(good_run):
     assert outputs.shards.get_column("shard_id").to_list() == [0, 1, 2, 3]
     assert outputs.shards.get_column("file_rows").to_list() == [2, 1, 3, 3]
     assert (outputs.computed, outputs.failed) == ([0, 1, 2, 3], [])
+
+
+def test_a_known_error_in_the_gate_is_raised_whole_and_a_defect_cut(tmp_path, monkeypatch):
+    """(From a review: the log line that held a known error's whole text went, and the raised
+    one was cut at 300 characters, its remedy with it.) A ``RecsError`` of 400 characters raised
+    inside the gate comes out whole; any other exception is cut at 300 (its traceback is
+    logged)."""
+    from recs.errors import CorruptFileError, ValidationEngineError
+    from recs.nightly import validation
+
+    paths, settings = write_good_run(tmp_path / "home")
+    long = "x" * 380 + " the remedy"
+    for raised, shown in ((CorruptFileError(long), long), (RuntimeError(long), long[:300])):
+
+        def fail(*args, raised=raised, **kwargs):
+            raise raised
+
+        monkeypatch.setattr(validation, "replaced_version", fail)
+        with pytest.raises(ValidationEngineError) as error:
+            validate_run(paths, settings)
+        assert f": {type(raised).__name__}: {shown} (details: " in str(error.value)

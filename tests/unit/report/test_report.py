@@ -274,3 +274,32 @@ def test_damaged_files_are_named_and_the_pages_still_render(run, dbt_results, da
     assert "summary.json" in page.text.split('id="damaged"')[1].split("</p>")[0]
     for route in ("/", "/api/versions"):
         assert client.get(route).status_code == 200, route
+
+
+def test_a_run_whose_version_was_removed_says_so_on_its_pages(run):
+    """(From a newcomer: "not published" of a run served for days, after `recs gc` removed its
+    version.) night_0's version gone, the history recording its publish: the run view's badge
+    and the runs table say it was published and removed since; a run never published (no
+    event) stays "not published"."""
+    import shutil
+
+    from recs.nightly import history
+
+    shutil.rmtree(run.home / "published" / "night_0")
+    at = history.record(
+        run.home / "published", "publish", "night_0", None, current=True, snapshot_date="2026-10-31"
+    )["at"]
+    old = RunPaths(run.home, dt.date(2026, 10, 31), "night_0")
+    _write(old.snapshot_manifest, {"shard_count": 4, "settings": {"shard_count": 4}})
+    never = RunPaths(run.home, dt.date(2026, 10, 30), "night_9")
+    _write(never.snapshot_manifest, {"shard_count": 4, "settings": {"shard_count": 4}})
+    client = TestClient(create_app(authorize_run=lambda dag_id: None,
+                                   authorize_nightly=lambda: None, home=lambda: run.home))
+    page = client.get("/runs/recs_who_to_follow_nightly/night_0").text
+    assert f'title="published at {at}">published, version removed since</span>' in page
+    page = client.get("/runs/recs_who_to_follow_nightly/night_9").text
+    assert "not published</span>" in page and "removed since" not in page
+    rows = client.get("/").text.split('id="runs"')[1].split("</table>")[0].split("<tr>")
+    cells = {row.split("</a>")[0].rsplit(">", 1)[-1]: row for row in rows[2:]}
+    assert "<td>no longer (removed since)</td>" in cells["night_0"]
+    assert "<td>no</td>" in cells["night_9"] and "<td>yes</td>" in cells["night_1"]
