@@ -16,7 +16,9 @@ DEFAULT_DATASETS = ("slashdot", "twitter-bofa", "twitter-hershey", "bitcoin-otc"
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
-    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
+    """A comma-separated option's names; None when not given, ``()`` for ``''`` (refused by
+    ``EvaluationOptions.check``, not read as "all")."""
+    return None if text is None else tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 @app.command("evaluate")
@@ -38,7 +40,7 @@ def evaluate(
     share: Annotated[float | None, typer.Option(help="Hidden share of each test user's follows "
                                                      "(RECS_EVAL_HOLDOUT_SHARE, 0.1).")] = None,
     min_follows: Annotated[int | None, typer.Option(
-        help="Follows a test user needs (RECS_EVAL_MIN_FOLLOWS, 10).")] = None,
+        help="Follows a test user needs, at least 2 (RECS_EVAL_MIN_FOLLOWS, 10).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (RECS_EVAL_SEED, 13).")] = None,
     temporal_quantile: Annotated[float | None, typer.Option(
         help="Temporal cut (RECS_EVAL_TEMPORAL_QUANTILE, 0.8).")] = None,
@@ -55,6 +57,7 @@ def evaluate(
 ) -> None:
     """Hide a share of the follows, run the real pipeline on the rest, score the served top-k
     against the hidden ones, beside the classic baselines on the same split."""
+    from recs.demo.datasets import dataset_spec
     from recs.evaluation.edges import dataset_edge_list, read_edge_list
     from recs.evaluation.report import markdown, plot, summary_table
     from recs.evaluation.runner import EvaluationOptions
@@ -66,12 +69,18 @@ def evaluate(
         temporal_quantile=temporal_quantile, split=split, activity=activity,
         variants=_names(variants), baselines=_names(baselines), workdir=workdir, keep=keep,
     )
+    # every option and dataset name before any work: a newcomer's second --dataset, unknown,
+    # was refused only once the first had been evaluated
+    options.check()
+    names = dataset or (() if edges is not None else DEFAULT_DATASETS)
+    for name in names:
+        dataset_spec(name)
     sources = []
     if edges is not None:
         sources.append(lambda: read_edge_list(
             edges, separator=separator, reverse=reverse, time_column=time_column
         ))
-    for name in dataset or (() if edges is not None else DEFAULT_DATASETS):
+    for name in names:
         sources.append(lambda name=name: dataset_edge_list(name, settings))
     results = [run_evaluation(load(), settings, options, progress=progress) for load in sources]
     command = "recs " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""

@@ -236,7 +236,10 @@ def _warn_not_computed(shard_ids: list[int], fate: str) -> None:
 _PUBLISHED_AS = {
     "new": "new",
     "unchanged": "published again, the same files",
-    "replaced": "published again, its files replaced (e.g. after a shard rerun)",
+    # the manifest holds the verdict: a gate run again changes it, shard bytes the same or not
+    # (a newcomer read "files replaced" after a byte-identical shard rerun)
+    "replaced": "published again, replacing the version (its manifest or files differ: a new "
+    "verdict, a shard rerun)",
 }
 """The human words of ``publish_run``'s ``replaced`` (``--json`` keeps the key's value)."""
 

@@ -99,6 +99,27 @@ class EvaluationOptions:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    def check(self) -> None:
+        """Refuse options no evaluation can run with, before any work (a newcomer's ``--activity
+        bogus`` was refused after the split and five baselines, a ``--min-follows -5`` ran as
+        0, ``--variants ''`` ran all 18). Raises ``EvaluationError``."""
+        if self.split not in ("auto", "random", "temporal"):
+            raise EvaluationError(f"unknown split {self.split!r}: auto, random or temporal")
+        if self.activity not in ("auto", "uniform", "edges"):
+            raise EvaluationError(f"unknown activity {self.activity!r}: auto, uniform or edges")
+        if self.min_follows < 2:  # one follow hidden of one: the user has nothing to go on
+            raise EvaluationError(f"min follows must be at least 2, not {self.min_follows}")
+        for kind, names in (("variant", self.variants), ("baseline", self.baselines)):
+            if not names:
+                raise EvaluationError(f"no {kind} named: leave the option out for all of them")
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise EvaluationError(
+                f"unknown baseline {unknown[0]!r}: one of {', '.join(BASELINES)}"
+            )
+        for name in self.variants:
+            variant_overrides(name)
+
 
 @dataclass
 class MethodResult:
@@ -347,11 +368,7 @@ def evaluate(
     from recs.nightly.pipeline import run_all
 
     say = progress or (lambda message: log.info("%s", message))
-    unknown = [b for b in options.baselines if b not in BASELINES]
-    if unknown:
-        raise EvaluationError(f"unknown baseline {unknown[0]!r}: one of {', '.join(BASELINES)}")
-    for name in options.variants:
-        variant_overrides(name)
+    options.check()
     started = time.perf_counter()
     activity = options.activity
     if activity == "auto":

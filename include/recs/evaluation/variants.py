@@ -1,6 +1,6 @@
 """The ranking variants an evaluation runs: named settings overrides of the shipped defaults.
 
-``design`` is the design document's ranking (today's default before issue 13): each mutual
+``design`` is the design document's ranking (the default before issue 13): each mutual
 path counts 1, ``min_mutual_count`` 2, uniform sampling under the caps, the 0.7 / 0.3 blend
 and no top-up of short lists. Each ``design_*`` variant changes one thing of it; ``shipped``
 is ``Settings()``'s defaults and each ``shipped_*`` variant takes one thing back out, so both
@@ -20,7 +20,7 @@ DESIGN: dict[str, Any] = {
 }
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "design": ("the design's blend (today's default)", DESIGN),
+    "design": ("the design's blend (the default before issue 13)", DESIGN),
     "design_mutual_count_only": (
         "design, ranked by mutual count alone (no activity term, no saturation)",
         {**DESIGN, "activity_weight": 0.0, "mutual_saturation": 1e9},

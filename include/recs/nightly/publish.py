@@ -110,7 +110,7 @@ def publish_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
     named before (None if none), ``current`` whether ``CURRENT`` now names this run (False only
     when the previous version's snapshot date is later than this run's), ``replaced`` is
     ``"new"``, ``"unchanged"`` (a rerun with identical files) or ``"replaced"`` (a rerun with
-    different files).
+    different files, the manifest with its verdict among them).
 
     Raises, with ``CURRENT`` and every existing version left as they were:
     ``ValidationFailedError`` if the run has not been validated, its summary is another run's,

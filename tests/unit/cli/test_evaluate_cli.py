@@ -76,3 +76,27 @@ def test_an_unknown_variant_is_one_line(recs, edge_file):
     code, _, err = recs("evaluate", "--edges", str(edge_file), "--variants", "nope")
     assert code != 0
     assert err[-1].startswith("recs: error: unknown variant 'nope'")
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (["--dataset", "slashdot", "--dataset", "bogus"], "unknown dataset 'bogus'"),
+        (["--activity", "bogus"], "unknown activity 'bogus': auto, uniform or edges"),
+        (["--split", "bogus"], "unknown split 'bogus': auto, random or temporal"),
+        (["--min-follows", "-5"], "min follows must be at least 2, not -5"),
+        (["--variants", ""], "no variant named: leave the option out for all of them"),
+        (["--baselines", " , "], "no baseline named: leave the option out for all of them"),
+        (["--baselines", "adamic_adar,nope"], "unknown baseline 'nope'"),
+    ],
+)
+def test_options_no_evaluation_can_run_with_are_refused_before_any_work(
+    recs, edge_file, options, error
+):
+    """(From a newcomer: a second --dataset that does not exist was found after the first had
+    been evaluated, --activity bogus after the split and five baselines; --min-follows -5 ran as
+    0 and --variants '' ran all 18.) One line, exit 2, and no progress line before it."""
+    edges = [] if options[0] == "--dataset" else ["--edges", str(edge_file)]
+    code, _, err = recs("evaluate", *edges, *options)
+    assert code == 2 and err[-1].startswith(f"recs: error: {error}"), err
+    assert not any(line.startswith("→") for line in err), err

@@ -102,6 +102,12 @@ def test_publish_carry_over_and_runs_show(recs, tmp_path):
     assert code == 0 and "CURRENT before" in out and "none" in out and "new" in out
     code, out, _ = recs("publish", "--snapshot-date", "2026-11-01")
     assert code == 0 and "published again, the same files" in out and "night_1" in out
+    assert recs("validate", "--snapshot-date", "2026-11-01")[0] == 0  # the same shard bytes
+    code, out, _ = recs("publish", "--snapshot-date", "2026-11-01")  # a new verdict: replaced
+    assert code == 0 and (  # (a newcomer read "its files replaced" of identical shards)
+        "published again, replacing the version (its manifest or files differ: a new verdict, "
+        "a shard rerun)" in " ".join(w for w in out.split() if w != "│")  # the cell's lines
+    )
     code, _, err = recs("validate", "--snapshot-date", "2026-11-02")
     warning = "recs: warning: shards 001 have no output of this run (failed, or never run): "
     assert code == 0 and err == [  # (a newcomer published a half-run night unwarned)
