@@ -21,7 +21,7 @@ import pytest
 
 from recs.config import Settings
 from recs.errors import CutOffAheadError, RunInProgressError
-from recs.nightly import locks, pipeline
+from recs.nightly import locks, pipeline, point_in_time
 from recs.nightly.locks import run_lock
 from recs.nightly.runs import RunPaths
 
@@ -155,13 +155,13 @@ def test_two_processes_never_hold_one_run_after_its_folder_went(tmp_path, monkey
     """)
     started = []
 
-    def run_all_while_b_arrives(*args, **kwargs):
+    def refused_while_b_arrives(*args, **kwargs):  # run_all's first step under the lock
         started.append(subprocess.Popen([sys.executable, "-c", child]))
         _wait(signals / "opened")  # B has opened the .lock A holds
-        return real_run_all(*args, **kwargs)
+        return real_refusal(*args, **kwargs)
 
-    real_run_all = pipeline._run_all
-    monkeypatch.setattr(pipeline, "_run_all", run_all_while_b_arrives)
+    real_refusal = point_in_time.refuse_cut_off_ahead
+    monkeypatch.setattr(point_in_time, "refuse_cut_off_ahead", refused_while_b_arrives)
     try:
         with pytest.raises(CutOffAheadError):
             pipeline.run_all(home, today, "same", Settings(home=home))
