@@ -78,8 +78,11 @@ def report(
 
 
 def _removed_text(at: str | None) -> str:
-    """"no", or for a version removed since it was published (``removed_since``), when."""
-    return f"no longer (published at {at}, its version removed since)" if at else "no"
+    """"no", or for a version removed since it was published (``removed_since``), the
+    summary's words (``reporting.removed_words``)."""
+    from recs.nightly.reporting import removed_words
+
+    return removed_words(at) if at else "no"
 
 
 def _stage_seconds(doc: dict, run_id: str) -> str:
@@ -96,16 +99,15 @@ def _stage_seconds(doc: dict, run_id: str) -> str:
     if doc["files"].get("stage_times") is None and all(
         s["source"] == "files" for s in doc["stages"]
     ):
-        if run_id.startswith(CLI_RUN_ID_PREFIX):  # `recs run`'s own id: not Airflow's to hold
-            where = "recs run records the others in stage_times.json, which this run lacks"
-            return f"{known} (from the run's files; {where})" if known else where
-        # a run id of its own may be either's (`recs run --run-id`): a newcomer followed the
-        # link of a recs run's to a view that had no such run
-        where = (
-            "if Airflow ran it, its task records hold every stage's: the run view "
-            f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI; if recs run "
-            "did, it records them in stage_times.json, which this run lacks"
-        )
+        where = "recs run records the others in stage_times.json, which this run lacks"
+        if not run_id.startswith(CLI_RUN_ID_PREFIX):  # `recs run`'s own id: not Airflow's
+            # a run id of its own may be either's (`recs run --run-id`): a newcomer followed
+            # the link of a recs run's to a view that had no such run
+            where = (
+                "if Airflow ran it, its task records hold every stage's: the run view "
+                f"{REPORT_URL_PREFIX}/runs/{NIGHTLY_DAG_ID}/{run_id} in Airflow's UI; if recs "
+                "run did, it records them in stage_times.json, which this run lacks"
+            )
         return f"{known} (from the run's files; {where})" if known else where
     return known or "none recorded"
 

@@ -152,22 +152,20 @@ def _publication(home: Path, paths: RunPaths) -> tuple[str, str]:
     )
 
 
-def removed_since(published_dir: Path, run_id: str, snapshot_date: str) -> str | None:
+def removed_since(
+    published_dir: Path, run_id: str, snapshot_date: str, events: list[dict] | None = None
+) -> str | None:
     """When ``run_id`` of ``snapshot_date`` (ISO) was last published (the history's ``at``:
-    ``history.events``; an event without a date, written before dates were recorded, is taken
-    as of any date) if its version is gone since (by ``recs gc``'s version retention, or by
-    hand), else None (never published, or its folder is there; a run id reused for another
-    date once the version was removed is not the published one). (A newcomer read "published:
-    no" of a run that had been served for a week, after ``recs gc`` kept only the newest
-    versions.)"""
-    from recs.nightly import history
-
+    ``history.events``, or ``events`` already read from it; an event without a date, written
+    before dates were recorded, is taken as of any date) if its version is gone since (by ``recs
+    gc``'s version retention, or by hand), else None (never published, or its folder is there;
+    a run id reused for another date once the version was removed is not the published one). (A
+    newcomer read "published: no" of a run that had been served for a week, after ``recs gc``
+    kept only the newest versions.)"""
     if version_dir(published_dir, run_id).is_dir():
         return None
-    try:
-        events = history.events(published_dir)
-    except OSError:  # a folder in its place: what the summary says stays "no"
-        return None
+    if events is None:
+        events = history_events(published_dir)
     published = [
         e for e in events
         if e["run_id"] == run_id and e.get("action") == "publish"
@@ -176,15 +174,30 @@ def removed_since(published_dir: Path, run_id: str, snapshot_date: str) -> str |
     return str(published[-1].get("at")) if published else None
 
 
-def _removed(published_dir: Path, paths: RunPaths) -> tuple[str, str] | None:
-    """``("removed", words)`` when ``removed_since`` says when, else None."""
-    at = removed_since(published_dir, paths.run_id, paths.snapshot_date.isoformat())
-    if at is None:
-        return None
-    return "removed", (
+def history_events(published_dir: Path) -> list[dict]:
+    """``history.events``, or none when it cannot be read (a folder in its place: what the
+    summary and the report say of publishing stays "no")."""
+    from recs.nightly import history
+
+    try:
+        return history.events(published_dir)
+    except OSError:
+        return []
+
+
+def removed_words(at: str) -> str:
+    """What the summary and the report say of a run published at ``at`` (``removed_since``)
+    whose version is gone since."""
+    return (
         f"no longer: published at {at}, its version has been removed since "
         "(`recs gc` keeps the RECS_PUBLISHED_RETENTION_VERSIONS most recently used)"
     )
+
+
+def _removed(published_dir: Path, paths: RunPaths) -> tuple[str, str] | None:
+    """``("removed", words)`` when ``removed_since`` says when, else None."""
+    at = removed_since(published_dir, paths.run_id, paths.snapshot_date.isoformat())
+    return None if at is None else ("removed", removed_words(at))
 
 
 def _planned_shards(snapshot: dict[str, Any]) -> int:

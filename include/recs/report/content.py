@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import RunNotFoundError
-from recs.nightly.reporting import removed_since, stopped_at, verdict_stale
+from recs.nightly.reporting import history_events, removed_since, stopped_at, verdict_stale
 from recs.nightly.runs import (
     DBT_RUN_RESULTS,
     RunPaths,
@@ -82,6 +82,7 @@ def list_runs(home: Path, limit: int = 30) -> list[dict[str, Any]]:
     published = home / "published"
     folders = [p for p in (home / "runs").glob("*/*") if p.is_dir() and not p.name.startswith(".")]
     folders.sort(key=lambda p: (p.parent.name, p.stat().st_mtime), reverse=True)
+    events = history_events(published)  # once, not once per run
     runs = []
     for folder in folders[:limit]:
         summary = _read(folder / "validation" / "summary.json") or {}
@@ -93,7 +94,9 @@ def list_runs(home: Path, limit: int = 30) -> list[dict[str, Any]]:
                 "rows": summary.get("rows"),
                 "users": summary.get("users"),
                 "published": (published / folder.name / MANIFEST_FILE).is_file(),
-                "removed_since": removed_since(published, folder.name, folder.parent.name),
+                "removed_since": removed_since(
+                    published, folder.name, folder.parent.name, events
+                ),
             }
         )
     return runs

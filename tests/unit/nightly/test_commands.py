@@ -1353,7 +1353,9 @@ def test_summary_says_a_published_version_was_removed_since(recs, tmp_path, monk
     runs = {r["run_id"]: r for r in list_runs(home)}
     assert (runs["night_1"]["removed_since"], runs["night_5"]["removed_since"]) == (at, None)
     code, out, _ = recs("report", "--snapshot-date", "2026-11-01")
-    assert f"no longer (published at {at}, its version removed since)" in " ".join(out.split())
+    assert f"no longer: published at {at}, its version has been removed since" in " ".join(
+        out.split()
+    )
     # night_1 again, of another date, once its version is gone: never published itself
     reused = RunPaths.create(home, dt.date(2026, 11, 9), "night_1")
     reused.snapshot_dir.mkdir(parents=True)
