@@ -13,7 +13,9 @@ Contract (``serving/README.md`` has the reasoning):
   every pooled connection and reopens. A dismissal is answered only if the file it committed
   to is still the store. PostgreSQL: each new connection reads its database's oid; pooled
   connections to an older database (dropped and recreated) are dropped at checkout, and a
-  disconnect drops the pool. Reads retry once on a fresh connection after a disconnect.
+  disconnect drops the pool. Reads retry once on a fresh connection after a disconnect. Its
+  connections are named ``recs pid N`` (``application_name``, unless the URL names one), so
+  ``pg_stat_activity`` shows which worker holds which.
 - SQL is written once with DB-API placeholders and run on raw DB-API connections (SQLAlchemy's
   statement layer costs more than the query itself here).
 
@@ -91,13 +93,19 @@ class LiveStore(LiveStoreWrites):
             engine_url = f"sqlite:///file:{quote(str(self._file))}?mode=rw&uri=true"
         else:
             engine_url = url
-            if url.startswith(("postgresql", "postgres:")) and self._timeout_ms:
-                seconds = max(2, -(-self._timeout_ms // 1000))  # libpq's minimum is 2 s
-                options["connect_args"] = {
-                    "connect_timeout": seconds,
-                    "options": f"-c statement_timeout={self._timeout_ms} "
-                    f"-c lock_timeout={self._timeout_ms}",
-                }
+            if url.startswith(("postgresql", "postgres:")):
+                # which process holds a connection, in pg_stat_activity (a worker per pid)
+                arguments: dict[str, Any] = {}
+                if "application_name=" not in url:  # the URL's own wins
+                    arguments["application_name"] = f"recs pid {os.getpid()}"
+                if self._timeout_ms:
+                    seconds = max(2, -(-self._timeout_ms // 1000))  # libpq's minimum is 2 s
+                    arguments["connect_timeout"] = seconds
+                    arguments["options"] = (
+                        f"-c statement_timeout={self._timeout_ms} "
+                        f"-c lock_timeout={self._timeout_ms}"
+                    )
+                options["connect_args"] = arguments
         self._engine = engine_for(engine_url, **options)
         self._dialect = self._engine.dialect.name
         event.listen(self._engine, "connect", self._on_connect)
