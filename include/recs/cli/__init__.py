@@ -44,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         if type(error).__name__ == "NoArgsIsHelpError":  # bare `recs` or `recs shard`
             sys.stderr.write(error.format_message().rstrip() + "\n")
             return 2
-        message = " ".join(error.format_message().split())
-        sys.stderr.write(f"recs: error: {message}{_misplaced_option(error, argv)}\n")
+        message, option = " ".join(error.format_message().split()), _taken_as_argument(error, argv)
+        if option is not None:
+            message = f"No such option: {option}"
+        sys.stderr.write(f"recs: error: {message}{_misplaced_option(error, argv, option)}\n")
         return error.exit_code
     except RecsError as error:
         if not _interrupted(error):
@@ -76,15 +78,33 @@ def main(argv: list[str] | None = None) -> int:
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
-def _misplaced_option(error: Exception, argv: list[str] | None) -> str:
+def _taken_as_argument(error: Exception, argv: list[str] | None) -> str | None:
+    """The unknown option a command taking a user id (``ID_ARGUMENT``: it reads ``-1`` as its
+    argument) read as its argument, when that left a word over: ``recs recommend --user-id 7``
+    said "Got unexpected extra argument(s) (7)" alone; None otherwise."""
+    context = getattr(error, "ctx", None)
+    message = getattr(error, "message", "")
+    if context is None or not message.startswith("Got unexpected extra argument"):
+        return None
+    known = {o for p in context.command.params for o in (*p.opts, *p.secondary_opts)}
+    words = list(sys.argv[1:] if argv is None else argv)
+    for word in words[: words.index("--") if "--" in words else len(words)]:
+        name = word.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and name not in known:
+            return name
+    return None
+
+
+def _misplaced_option(error: Exception, argv: list[str] | None, option: str | None = None) -> str:
     """A hint for an option given before the command that takes it (``recs --json summary``:
     Click's "No such option: --json" alone left a newcomer guessing): "; it belongs after the
     command: recs summary --json" (with its value, for an option that takes one) when the
     command named next in ``argv`` (``sys.argv`` when None) has that option and was not given
     it, or, with no command named after it (``recs shard --snapshot-date D``), when exactly one
     command of the group has it; else, for an option named as a command's argument, how to give
-    it (``_argument_instead``); "" otherwise (and after ``--``, where nothing is an option)."""
-    option, context = getattr(error, "option_name", None), getattr(error, "ctx", None)
+    it (``_argument_instead``); "" otherwise (and after ``--``, where nothing is an option).
+    ``option``: the one to place instead of the error's (``_taken_as_argument``)."""
+    option, context = option or getattr(error, "option_name", None), getattr(error, "ctx", None)
     if not option or context is None:
         return ""
     words = list(sys.argv[1:] if argv is None else argv)

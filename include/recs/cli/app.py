@@ -66,8 +66,8 @@ NewestDateOpt = Annotated[
 
 # A user id is read as text and parsed by recs.serving.auth.parse_id (canonical decimal, 0 ..
 # 2**63-1), so `recs recommend -1` says what a user id is instead of "No such option: -1":
-# commands taking one accept unknown option-like words as arguments (a mistyped option then
-# shows up as "unexpected extra argument").
+# commands taking one accept unknown option-like words as arguments (a mistyped option that
+# leaves a word over is named by recs.cli._taken_as_argument, not as an "extra argument").
 UserIdArg = Annotated[
     str, typer.Argument(help="User id: 0 .. 2**63-1, plain decimal.", metavar="USER_ID")
 ]

@@ -94,6 +94,10 @@ AFTER = "; it belongs after the command:"
          "option: recs import edges x.csv"),
         (["ingest", "--paths", "a", "b"], "--paths", ""),  # several values: not rebuilt
         (["--user-id", "7"], "--user-id", ""),  # recommend and token both take one (metavar)
+        # (a review's) read as the user id by a command that takes "-1" as one: the 7 was "extra"
+        (["recommend", "--user-id", "7"], "--user-id", "; USER_ID is an argument, not an "
+         "option: recs recommend 7"),
+        (["token", "--service", "--user", "7"], "--user", ""),
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):
