@@ -39,6 +39,12 @@ _FALSE = ("false", "f", "no", "n", "0")
 _ZONED = r"\d[Tt ]\d.*(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
 _EPOCH_UNITS = {"epoch-s": 1_000_000, "epoch-ms": 1_000, "epoch-us": 1}
 
+FLOAT_EXACT_IDS = {pl.Float32: 2**24 - 1, pl.Float64: 2**53 - 1}
+"""The largest id a floating-point column holds unambiguously (float64: JavaScript's
+``Number.MAX_SAFE_INTEGER``): from there on a float stands for more than one whole number (2**53
++ 1 is stored as 2**53), so an id may have been rounded on its way into the file. Refused
+(``inexact_float_id``), never imported as another account's."""
+
 
 @dataclass(frozen=True)
 class ParseOptions:
@@ -147,7 +153,9 @@ def _reasons(values: pl.Series, bad: pl.Series, reason: str) -> pl.Series:
 
 def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     """User ids: ``(Int64 values, reasons)``; reasons ``missing_value``, ``non_integer_id``,
-    ``id_out_of_range`` (negative or above ``MAX_USER_ID``) or null."""
+    ``id_out_of_range`` (negative or above ``MAX_USER_ID``), ``inexact_float_id`` (above
+    ``FLOAT_EXACT_IDS`` of its float type) or null. Text must be a whole decimal;
+    integer and decimal columns are read exactly, floats whole and up to ``FLOAT_EXACT_IDS``."""
     dtype = values.dtype
     if dtype == pl.String:
         parsed = values.cast(pl.Int64, strict=False)
@@ -173,20 +181,36 @@ def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
         parsed = values.cast(pl.Int64, strict=False)
         bad = (parsed.is_null() & values.is_not_null()) | (parsed < 0).fill_null(False)
         return parsed, _reasons(values, bad, "id_out_of_range")
-    if dtype.is_float() or dtype.is_decimal():
+    if dtype.is_decimal():  # exact: a NUMERIC id above 2**53 is not rounded through a float
+        parsed = values.cast(pl.Int64, strict=False)  # a fraction truncated, overflow null
+        whole = values.floor() == values
+        reasons = pl.select(
+            pl.when(values.is_null())
+            .then(pl.lit("missing_value"))
+            .when(~whole)
+            .then(pl.lit("non_integer_id"))
+            .when(parsed.is_null() | (parsed < 0))
+            .then(pl.lit("id_out_of_range"))
+            .otherwise(pl.lit(None, dtype=pl.String))
+        ).to_series()
+        return pl.select(pl.when(reasons.is_null()).then(parsed)).to_series(), reasons
+    if dtype.is_float():
         floats = values.cast(pl.Float64)
         whole = floats.is_finite() & (floats == floats.floor())
         in_range = (floats >= 0) & (floats <= float(MAX_USER_ID))
+        exact = floats <= float(FLOAT_EXACT_IDS.get(dtype, FLOAT_EXACT_IDS[pl.Float32]))
         parsed = pl.select(
-            pl.when(whole & in_range).then(floats.cast(pl.Int64, strict=False))
+            pl.when(whole & in_range & exact).then(floats.cast(pl.Int64, strict=False))
         ).to_series()
         reasons = pl.select(
             pl.when(values.is_null())
             .then(pl.lit("missing_value"))
             .when(~whole.fill_null(False))
             .then(pl.lit("non_integer_id"))
-            .when(~in_range.fill_null(False) | parsed.is_null())
+            .when(~in_range.fill_null(False))
             .then(pl.lit("id_out_of_range"))
+            .when(parsed.is_null())
+            .then(pl.lit("inexact_float_id"))
             .otherwise(pl.lit(None, dtype=pl.String))
         ).to_series()
         return parsed, reasons
@@ -356,6 +380,8 @@ _EXPLAINED = {
     "missing_value": "is empty",
     "non_integer_id": "is not a whole number",
     "id_out_of_range": "is outside 0 .. 2**63-1",
+    "inexact_float_id": "is above 2**53 - 1 (float32: 2**24 - 1), more than a floating-point "
+    "column holds exactly: it may have been rounded (store ids as integers)",
     "bad_timestamp": "is not a valid time in 1970 .. now (--time-format {fmt})",
     "unknown_status": "is not one of {accepted}",
     "bad_boolean": "is not true/false, t/f, yes/no, y/n or 1/0",

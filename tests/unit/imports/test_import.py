@@ -243,7 +243,16 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
         settings, tmp_path, "interests", f"user_id,tag\n1,{'x' * 65}\n1,ok\n", name="tags.csv"
     )
     assert tags["rejected_by_reason"] == {"bad_tag": 1}
+    floats = tmp_path / "floats.parquet"  # 2**53 + 1 written as a float64 reads as 2**53
+    pl.DataFrame({"follower_id": [2.0**53 + 1, 40.0], "followee_id": [41.0, 42.0]}).write_parquet(
+        floats
+    )
+    source = open_source(str(floats), batch_rows=settings.import_batch_rows)
+    options = ImportOptions(parse=parse_options(settings))
+    typed = import_table("edges", source, {}, settings, options)
+    assert (typed["loaded"], typed["rejected_by_reason"]) == (1, {"inexact_float_id": 1})
     seen = set(summary["rejected_by_reason"]) | {"already_in_store", "bad_boolean", "bad_tag"}
+    seen |= set(typed["rejected_by_reason"])
     from recs.imports.tables import REJECT_REASONS
 
     assert seen == set(REJECT_REASONS)

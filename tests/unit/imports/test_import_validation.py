@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import numpy as np
 import polars as pl
@@ -65,6 +66,29 @@ def test_typed_ids_integers_floats_and_others():
         "non_integer_id",
     ]
     assert ids([True], pl.Boolean)[1] == ["non_integer_id"]
+
+
+def test_float_ids_only_where_a_float_is_exact_and_decimal_ids_exactly():
+    """A float64 holds every whole number up to 2**53 - 1; 2**53 also stands for 2**53 + 1 (the
+    nearest float64), so it and above are refused; float32 likewise from 2**24. A decimal
+    (SQL NUMERIC) is exact: 2**53 + 1 was imported as 2**53, another account's id."""
+    assert ids([2.0**53 - 1, 2.0**53, 2.0**53 + 2, 3.0], pl.Float64) == (
+        [2**53 - 1, None, None, 3],
+        [None, "inexact_float_id", "inexact_float_id", None],
+    )
+    assert ids([16777215.0, 16777216.0, 1e30], pl.Float32) == (
+        [16777215, None, None],
+        [None, "inexact_float_id", "id_out_of_range"],
+    )
+    big = [2**53 + 1, 2**63 - 1, 2**63, -1, None]
+    assert ids([None if v is None else Decimal(v) for v in big], pl.Decimal(20, 0)) == (
+        [2**53 + 1, 2**63 - 1, None, None, None],
+        [None, None, "id_out_of_range", "id_out_of_range", "missing_value"],
+    )
+    assert ids([Decimal("7.0"), Decimal("3.5")], pl.Decimal(10, 1)) == (
+        [7, None],
+        [None, "non_integer_id"],
+    )
 
 
 def times(values, fmt="iso", dtype=None, nullable=False):
