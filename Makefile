@@ -73,7 +73,7 @@ test: $(STAMP) postgres-server redis-server chromium ## Install everything, then
 	cd dbt_project && $(BIN)/dbt parse --quiet --vars '{run_dir: /tmp/recs-dbt-parse}'
 	mkdir -p /tmp/recs-dbt-docs && cd dbt_project && $(BIN)/dbt docs generate --quiet --empty-catalog \
 		--vars '{run_dir: /tmp/recs-dbt-docs, snapshot_date: 2026-11-01}' --target-path /tmp/recs-dbt-docs/target --log-path /tmp/recs-dbt-docs/logs
-	RECS_REQUIRE_POSTGRES=1 RECS_REQUIRE_REDIS=1 RECS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q tests
+	RECS_REQUIRE_POSTGRES=1 RECS_REQUIRE_REDIS=1 RECS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=25 tests
 
 test-fast: $(STAMP) ## Unit and DAG tests only (skips slow real-data tests)
 	$(BIN)/python -m pytest -q -m "not slow" tests
