@@ -14,8 +14,9 @@ Contract (``serving/README.md`` has the reasoning):
   to is still the store. PostgreSQL: each new connection reads its database's oid; pooled
   connections to an older database (dropped and recreated) are dropped at checkout, and a
   disconnect drops the pool. Reads retry once on a fresh connection after a disconnect. Its
-  connections are named ``recs pid N`` (``application_name``, unless the URL names one), so
-  ``pg_stat_activity`` shows which worker holds which.
+  connections are named ``recs pid N`` (libpq's ``fallback_application_name``: unless the URL,
+  ``PGAPPNAME`` or a service names them), so ``pg_stat_activity`` shows which worker holds
+  which.
 - SQL is written once with DB-API placeholders and run on raw DB-API connections (SQLAlchemy's
   statement layer costs more than the query itself here).
 
@@ -94,10 +95,9 @@ class LiveStore(LiveStoreWrites):
         else:
             engine_url = url
             if url.startswith(("postgresql", "postgres:")):
-                # which process holds a connection, in pg_stat_activity (a worker per pid)
-                arguments: dict[str, Any] = {}
-                if "application_name=" not in url:  # the URL's own wins
-                    arguments["application_name"] = f"recs pid {os.getpid()}"
+                # which process holds a connection, in pg_stat_activity (a worker per pid);
+                # libpq's fallback: the URL's application_name, PGAPPNAME or a service win
+                arguments: dict[str, Any] = {"fallback_application_name": f"recs pid {os.getpid()}"}
                 if self._timeout_ms:
                     seconds = max(2, -(-self._timeout_ms // 1000))  # libpq's minimum is 2 s
                     arguments["connect_timeout"] = seconds
