@@ -20,7 +20,7 @@ import typer
 from pydantic import ValidationError
 
 from recs.cli import data, evaluate, imports, ingest, nightly, read, report  # noqa: F401 - each registers its commands
-from recs.cli.app import app
+from recs.cli.app import app, argument_hint
 from recs.errors import RecsError
 
 ABORTED = 130
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         message, option = " ".join(error.format_message().split()), _taken_as_argument(error, argv)
         if option is not None:
             message = f"No such option: {option}"
-        sys.stderr.write(f"recs: error: {message}{_misplaced_option(error, argv, option)}\n")
+        line = " ".join(f"{message}{_misplaced_option(error, argv, option)}".split())
+        sys.stderr.write(f"recs: error: {line}\n")  # one line, whatever the words held
         return error.exit_code
     except RecsError as error:
         if not _interrupted(error):
@@ -84,14 +85,23 @@ def _taken_as_argument(error: Exception, argv: list[str] | None) -> str | None:
     said "Got unexpected extra argument(s) (7)" alone; None otherwise."""
     context = getattr(error, "ctx", None)
     message = getattr(error, "message", "")
-    if context is None or not message.startswith("Got unexpected extra argument"):
+    if (
+        context is None
+        or not getattr(context, "ignore_unknown_options", False)
+        or not message.startswith("Got unexpected extra argument")
+    ):
         return None
-    known = {o for p in context.command.params for o in (*p.opts, *p.secondary_opts)}
+    known = {o: p for p in context.command.params for o in (*p.opts, *p.secondary_opts)}
     words = list(sys.argv[1:] if argv is None else argv)
+    value_next = False
     for word in words[: words.index("--") if "--" in words else len(words)]:
         name = word.split("=", 1)[0]
-        if name.startswith("--") and len(name) > 2 and name not in known:
-            return name
+        if value_next:  # a known option's value, whatever it looks like
+            value_next = False
+        elif name in known:
+            value_next = "=" not in word and not getattr(known[name], "is_flag", False)
+        elif name.startswith("-") and len(name) > 1 and not name[1:].isdigit():
+            return name  # not "-1": a user id parse_id refuses with its rule
     return None
 
 
@@ -178,8 +188,8 @@ def _argument_instead(option: str, context, words: list[str], at: int, path: lis
     (command_name, param), word = found[0], words[at]
     given = word.split("=", 1)[1] if "=" in word else next(iter(words[at + 1 : at + 2]), "")
     value = shlex.quote(given) if given and not given.startswith("-") else shown(param)
-    where = " ".join(["recs", *path, *([command_name] if command_name else []), value])
-    return f"; {shown(param)} is an argument, not an option: {where}"
+    where = ["recs", *path, *([command_name] if command_name else []), value]
+    return argument_hint(shown(param), where)
 
 
 def _interrupted(error: BaseException) -> bool:

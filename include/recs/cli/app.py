@@ -76,6 +76,29 @@ UserIdArg = Annotated[
 ID_ARGUMENT = {"ignore_unknown_options": True}
 
 
+def argument_hint(name: str, where: list[str]) -> str:
+    """The hint after "No such option: --x" for an option named like a command's argument
+    ``name``: how to give it instead (``where``: the command line, shell-quoted)."""
+    return f"; {name} is an argument, not an option: {' '.join(where)}"
+
+
+def user_id_argument(text: str, command: str) -> int:
+    """The USER_ID argument of ``recs <command>`` (``parse_id``); an option with a value in its
+    place (``--user-id=7``, which ``ID_ARGUMENT`` lets through as the argument) is named as an
+    option (``InvalidRequestError``, exit 2), with how to give the id."""
+    import shlex
+
+    from recs.errors import InvalidRequestError
+    from recs.serving.auth import parse_id
+
+    option, equals, value = text.partition("=")
+    if option.startswith("--") and len(option) > 2 and equals:
+        shown = shlex.quote(value) if value and not value.startswith("-") else "USER_ID"
+        where = ["recs", command, shown]
+        raise InvalidRequestError(f"No such option: {option}{argument_hint('USER_ID', where)}")
+    return parse_id(text, "user id")
+
+
 def current_settings():
     from recs.config import get_settings
 

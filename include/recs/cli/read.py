@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from recs.cli.app import ID_ARGUMENT, JsonOpt, UserIdArg, app, current_settings, emit, err, out
+from recs.cli.app import (
+    ID_ARGUMENT,
+    JsonOpt,
+    UserIdArg,
+    app,
+    current_settings,
+    emit,
+    err,
+    out,
+    user_id_argument,
+)
 from recs.errors import RecsError
 
 
@@ -23,12 +33,11 @@ def recommend(
 ) -> None:
     """One user's who-to-follow list through the read path the API serves (batch list checked
     against the live store, or cold start), with score, mutual count and followed-by."""
-    from recs.serving.auth import parse_id
     from recs.serving.live_store import LiveStore
     from recs.serving.read_path import parse_limit, wall_clock, who_to_follow
     from recs.serving.versions import load_current
 
-    user_id = parse_id(user_text, "user id")
+    user_id = user_id_argument(user_text, "recommend")
     settings = current_settings()
     count = parse_limit(limit, settings)
     store = LiveStore(settings.live_store_url, timeout_ms=settings.api_store_timeout_ms)
@@ -133,9 +142,9 @@ def token(
 ) -> None:
     """Mint a bearer token for the read API from RECS_API_JWT_SECRET (local use and tests).
     The token's subject is USER_ID."""
-    from recs.serving.auth import MAX_TTL_SECONDS, mint_token, parse_id, secret_of
+    from recs.serving.auth import MAX_TTL_SECONDS, mint_token, secret_of
 
-    user_id = parse_id(user_text, "user id")
+    user_id = user_id_argument(user_text, "token")
     if ttl is not None and not 1 <= ttl <= MAX_TTL_SECONDS:
         raise RecsError(f"invalid --ttl {ttl}: expected 1 to {MAX_TTL_SECONDS:,} seconds (30 days)")
     settings = current_settings()

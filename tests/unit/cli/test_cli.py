@@ -98,6 +98,9 @@ AFTER = "; it belongs after the command:"
         (["recommend", "--user-id", "7"], "--user-id", "; USER_ID is an argument, not an "
          "option: recs recommend 7"),
         (["token", "--service", "--user", "7"], "--user", ""),
+        (["recommend", "--limit", "3", "--user-id=7"], "--user-id", "; USER_ID is an argument, "
+         "not an option: recs recommend 7"),
+        (["token", "-s", "7"], "-s", ""),
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):
@@ -105,6 +108,14 @@ def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, 
     code, out, err = recs(*argv)
     assert code == 2 and out == ""
     assert _one_error(err) == f"recs: error: No such option: {option}{hint}"
+
+def test_an_extra_argument_of_a_command_without_a_user_id_stays_one(recs):
+    """(From a review.) Only a command that reads "-1" as its user id names an unknown option
+    for an extra argument, and never a known option's value: `--rejects --rej.csv` here."""
+    code, out, err = recs("import", "edges", "a.csv", "b.csv", "--rejects", "--rej.csv")
+    assert (code, out) == (2, "")
+    assert _one_error(err) == "recs: error: Got unexpected extra argument(s) (b.csv)"
+
 
 @pytest.mark.parametrize(
     ("argv", "name"), [(["runs", "show"], "RUN_ID"), (["recommend"], "USER_ID")]
