@@ -33,9 +33,10 @@ import polars as pl
 
 from recs.config import Settings
 from recs.errors import ImportInputError
-from recs.imports.sources import DelimitedFile, ParquetSource, Source
+from recs.imports.sources import DelimitedFile, Source
 from recs.imports.staging import Staging, staging_folder
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
+from recs.imports.typed_sources import ParquetSource
 from recs.imports.validation import ParseOptions, column_mapping, row_text, validate
 from recs.imports.writers import StoreWriter, created_users_frame, open_writer
 from recs.store.bulk import prefetched

@@ -11,11 +11,7 @@ by a batch, never by the input:
   ``header`` says). Fields are read as text (validation parses them) with standard CSV quoting;
   a quoted field may not span lines. A line with another number of fields than the header is
   rejected as ``malformed_line``.
-- **Parquet**: read by record batches (``pyarrow.parquet.ParquetFile.iter_batches``), only the
-  mapped columns; a row's "line number" is its 1-based row number, its text the row as JSON.
-- **SQL** (``--from-sql URL --query SQL``): PostgreSQL and SQLite through ADBC (PostgreSQL
-  streams the result as binary ``COPY``), any other SQLAlchemy URL through
-  ``polars.read_database`` in batches; "line number" = 1-based row of the result.
+- **Parquet** and **SQL** (``--from-sql URL --query SQL``): typed columns, ``typed_sources``.
 
 Errors a user can cause (a missing file, a file that is not text, a query that fails) raise
 ``ImportInputError`` with one readable line.
@@ -375,155 +371,6 @@ def _field_text(field: bytes) -> str:
     return field.decode("utf-8", "replace").strip()
 
 
-# --- Parquet ------------------------------------------------------------------------------------
-
-
-class ParquetSource:
-    """A Parquet file read by record batches of ``batch_rows`` (only the mapped columns)."""
-
-    headerless = False
-
-    def __init__(self, path: Path, *, batch_rows: int) -> None:
-        import pyarrow.parquet as pq
-
-        self.path = Path(path)
-        self.name = str(path)
-        self.batch_rows = batch_rows
-        try:
-            self._file = pq.ParquetFile(self.path)
-        except FileNotFoundError:
-            raise ImportInputError(f"no such file: {path}") from None
-        except Exception as error:  # noqa: BLE001 - ArrowInvalid etc.
-            raise ImportInputError(f"{path} is not a readable Parquet file: {error}") from None
-        self.columns = list(self._file.schema_arrow.names)
-        self.wanted: list[str] | None = None
-
-    def batches(self) -> Iterator[SourceBatch]:
-        offset = 0
-        try:
-            for batch in self._file.iter_batches(batch_size=self.batch_rows, columns=self.wanted):
-                frame = pl.from_arrow(batch)
-                assert isinstance(frame, pl.DataFrame)
-                numbers = np.arange(offset + 1, offset + frame.height + 1, dtype=np.int64)
-                offset += frame.height
-                yield SourceBatch(frame, numbers, _json_rows(frame))
-        except OSError as error:
-            raise ImportInputError(f"cannot read {self.path}: {error}") from None
-
-
-def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
-    def text(positions: np.ndarray) -> list[str]:
-        if not len(positions):
-            return []
-        rows = frame[positions.tolist()]
-        return rows.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
-
-    return text
-
-
-# --- SQL ----------------------------------------------------------------------------------------
-
-
-class SqlQuery:
-    """The result of ``query`` on the database at ``url`` (module docstring)."""
-
-    headerless = False
-
-    def __init__(self, url: str, query: str, *, batch_rows: int) -> None:
-        from recs.store.connections import display_url
-
-        self.url, self.query, self.batch_rows = url, query, batch_rows
-        try:
-            self.name = display_url(url)
-        except Exception:  # noqa: BLE001 - an unparsable URL
-            raise ImportInputError(f"--from-sql: not a database URL: {url!r}") from None
-        self._open()
-
-    def _open(self) -> None:
-        from recs.store.connections import is_postgres, libpq_url, one_line, sqlite_file
-
-        path = sqlite_file(self.url)
-        try:
-            if is_postgres(self.url):
-                import adbc_driver_postgresql.dbapi as adbc
-
-                self._connection = adbc.connect(libpq_url(self.url))
-            elif path is not None:
-                import adbc_driver_sqlite.dbapi as adbc
-
-                if not Path(path).is_file():
-                    raise ImportInputError(f"--from-sql: no SQLite database at {path}")
-                self._connection = adbc.connect(f"file:{path}?mode=ro", autocommit=True)
-            else:
-                self._connection = None
-                self._reader = self._sqlalchemy_batches()
-                self.columns = self._first_columns
-                return
-            self._cursor = self._connection.cursor()
-            self._cursor.execute(self.query)
-            self._reader = self._cursor.fetch_record_batch()
-            self.columns = list(self._reader.schema.names)
-        except ImportInputError:
-            raise
-        except Exception as error:  # noqa: BLE001 - driver errors: one line, password masked
-            self.close()
-            message = one_line(error, self.url, limit=300)
-            raise ImportInputError(
-                f"--from-sql: the query failed on {self.name}: {message}"
-            ) from None
-
-    def _sqlalchemy_batches(self) -> Iterator[pl.DataFrame]:
-        from sqlalchemy import create_engine
-
-        from recs.store.connections import normalize_url
-
-        engine = create_engine(normalize_url(self.url))
-        frames = pl.read_database(self.query, engine, iter_batches=True, batch_size=self.batch_rows)
-        first = next(iter(frames), None)
-        self._first_columns = list(first.columns) if first is not None else []
-
-        def batches():
-            try:
-                if first is not None:
-                    yield first
-                yield from frames
-            finally:
-                engine.dispose()
-
-        return batches()
-
-    def batches(self) -> Iterator[SourceBatch]:
-        from recs.store.connections import one_line
-
-        offset = 0
-        try:
-            for batch in self._reader:
-                frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
-                assert isinstance(frame, pl.DataFrame)
-                numbers = np.arange(offset + 1, offset + frame.height + 1, dtype=np.int64)
-                offset += frame.height
-                yield SourceBatch(frame, numbers, _json_rows(frame))
-        except ImportInputError:
-            raise
-        except Exception as error:  # noqa: BLE001
-            raise ImportInputError(
-                f"--from-sql: reading the result failed after {offset:,} rows: "
-                f"{one_line(error, self.url, limit=300)}"
-            ) from None
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        for name in ("_cursor", "_connection"):
-            handle = getattr(self, name, None)
-            if handle is not None:
-                try:
-                    handle.close()
-                except Exception:  # noqa: BLE001 - closing after an error
-                    pass
-                setattr(self, name, None)
-
-
 def open_source(
     path: str | None,
     *,
@@ -545,6 +392,8 @@ def open_source(
             raise ImportInputError(
                 "--from-sql URL needs --query SQL (and --query needs --from-sql)"
             )
+        from recs.imports.typed_sources import SqlQuery
+
         return SqlQuery(from_sql, query, batch_rows=batch_rows)
     if path is None:
         raise ImportInputError(
@@ -562,6 +411,8 @@ def open_source(
         if fmt == "csv" and separator is None and any(s in (".tsv", ".tab") for s in suffixes):
             separator = "\t"
     if fmt == "parquet":
+        from recs.imports.typed_sources import ParquetSource
+
         return ParquetSource(file, batch_rows=batch_rows)
     if fmt in ("csv", "tsv"):
         if fmt == "tsv" and separator is None:

@@ -28,8 +28,8 @@ REJECT_REASONS: dict[str, str] = {
     "non_integer_id": "an id that is not a whole decimal number",
     "id_out_of_range": "an id outside 0 .. 2**63-1 (negative, or too large)",
     "inexact_float_id": "an id in a floating-point column (Parquet, SQL) above 2**53 - 1 "
-    "(float32: 2**24 - 1), where a float stands for several whole numbers: it may have been "
-    "rounded",
+    "(float32: 2**24 - 1, float16: 2**11 - 1), where a float stands for several whole numbers: "
+    "it may have been rounded",
     "self_loop": "a row relating an account to itself (follower = followee, blocker = "
     "blocked, ...)",
     "bad_timestamp": "a time that does not parse as --time-format, or is before 1970-01-01 or "

@@ -39,11 +39,12 @@ _FALSE = ("false", "f", "no", "n", "0")
 _ZONED = r"\d[Tt ]\d.*(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
 _EPOCH_UNITS = {"epoch-s": 1_000_000, "epoch-ms": 1_000, "epoch-us": 1}
 
-FLOAT_EXACT_IDS = {pl.Float32: 2**24 - 1, pl.Float64: 2**53 - 1}
-"""The largest id a floating-point column holds unambiguously (float64: JavaScript's
-``Number.MAX_SAFE_INTEGER``): from there on a float stands for more than one whole number (2**53
-+ 1 is stored as 2**53), so an id may have been rounded on its way into the file. Refused
-(``inexact_float_id``), never imported as another account's."""
+FLOAT_EXACT_IDS = {pl.Float16: 2**11 - 1, pl.Float32: 2**24 - 1, pl.Float64: 2**53 - 1}
+"""The largest id a floating-point column holds unambiguously, 2**p - 1 for a p-bit significand
+(float64: JavaScript's ``Number.MAX_SAFE_INTEGER``): from there on a float stands for more than
+one whole number (2**53 + 1 is stored as 2**53), so an id may have been rounded on its way into
+the file. Refused (``inexact_float_id``), never imported as another account's; a float type
+not listed has no exact ids."""
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,16 @@ def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
         return parsed, _reasons(values, bad, "id_out_of_range")
     if dtype.is_decimal():  # exact: a NUMERIC id above 2**53 is not rounded through a float
         parsed = values.cast(pl.Int64, strict=False)  # a fraction truncated, overflow null
-        whole = values.floor() == values
+        # truncated and back: the value itself only if whole (a floor overflows Decimal(38, 38))
+        whole = (parsed.cast(dtype, strict=False) == values).fill_null(False)
         reasons = pl.select(
             pl.when(values.is_null())
             .then(pl.lit("missing_value"))
+            .when(parsed.is_null())
+            .then(pl.lit("id_out_of_range"))
             .when(~whole)
             .then(pl.lit("non_integer_id"))
-            .when(parsed.is_null() | (parsed < 0))
+            .when(parsed < 0)
             .then(pl.lit("id_out_of_range"))
             .otherwise(pl.lit(None, dtype=pl.String))
         ).to_series()
@@ -197,8 +201,8 @@ def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     if dtype.is_float():
         floats = values.cast(pl.Float64)
         whole = floats.is_finite() & (floats == floats.floor())
-        in_range = (floats >= 0) & (floats <= float(MAX_USER_ID))
-        exact = floats <= float(FLOAT_EXACT_IDS.get(dtype, FLOAT_EXACT_IDS[pl.Float32]))
+        in_range = (floats >= 0) & (floats < float(MAX_USER_ID + 1))  # float(MAX_USER_ID): 2**63
+        exact = floats <= float(FLOAT_EXACT_IDS.get(dtype, -1))
         parsed = pl.select(
             pl.when(whole & in_range & exact).then(floats.cast(pl.Int64, strict=False))
         ).to_series()
@@ -380,8 +384,8 @@ _EXPLAINED = {
     "missing_value": "is empty",
     "non_integer_id": "is not a whole number",
     "id_out_of_range": "is outside 0 .. 2**63-1",
-    "inexact_float_id": "is above 2**53 - 1 (float32: 2**24 - 1), more than a floating-point "
-    "column holds exactly: it may have been rounded (store ids as integers)",
+    "inexact_float_id": "is above {exact}, the largest whole number a {dtype} column holds "
+    "exactly: it may have been rounded (store ids as integers)",
     "bad_timestamp": "is not a valid time in 1970 .. now (--time-format {fmt})",
     "unknown_status": "is not one of {accepted}",
     "bad_boolean": "is not true/false, t/f, yes/no, y/n or 1/0",
@@ -501,8 +505,12 @@ def _rejects(batch, table, mapping, options, bad, reason, failed, parsed) -> pl.
             details.append(f"{left} = {right} = {loop_ids[i]}")
             continue
         column = table.column(name)
+        kind = batch.frame.get_column(mapping[name]).dtype if why == "inexact_float_id" else None
         explained = _EXPLAINED[why].format(
-            fmt=options.time_format, accepted=", ".join(column.accepted)
+            fmt=options.time_format,
+            accepted=", ".join(column.accepted),
+            dtype=str(kind).lower(),
+            exact=f"{FLOAT_EXACT_IDS.get(kind, 0):,}",
         )
         shown = "" if why == "missing_value" else f" {str(raw[name][i])!r}"
         details.append(f"{name}{shown} {explained}")

@@ -251,6 +251,10 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
     options = ImportOptions(parse=parse_options(settings))
     typed = import_table("edges", source, {}, settings, options)
     assert (typed["loaded"], typed["rejected_by_reason"]) == (1, {"inexact_float_id": 1})
+    assert pl.read_csv(typed["rejects_file"])["detail"].to_list() == [
+        "follower_id '9007199254740992.0' is above 9,007,199,254,740,991, the largest whole number "
+        "a float64 column holds exactly: it may have been rounded (store ids as integers)"
+    ]
     seen = set(summary["rejected_by_reason"]) | {"already_in_store", "bad_boolean", "bad_tag"}
     seen |= set(typed["rejected_by_reason"])
     from recs.imports.tables import REJECT_REASONS
@@ -605,6 +609,29 @@ def test_from_sql_reads_the_follow_services_own_postgresql(store_url, postgres_u
     rejects = pl.read_csv(summary["rejects_file"])
     assert rejects["line_number"].to_list() == [3]  # the result's third row
     assert rejects["line"][0].startswith('{"src":3,"dst":3')
+
+
+def test_postgresql_numeric_ids_are_read_exactly(postgres_url, tmp_path):
+    """(From a review: ADBC gives NUMERIC as an opaque column, and every such id was refused as
+    non_integer_id.) 2**53 + 1 arrives exact, 7.00 is 7, 7.50 is refused."""
+    service = engine_for(postgres_url)
+    with service.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE wide (src numeric(20, 0), dst numeric(20, 2))")
+        connection.exec_driver_sql(
+            "INSERT INTO wide VALUES (9007199254740993, 7.00), (8, 7.50)"
+        )
+    service.dispose()
+    settings = settings_for(f"sqlite:///{tmp_path / 'live.db'}", tmp_path)
+    source = open_source(
+        None, from_sql=postgres_url, query="SELECT src, dst FROM wide ORDER BY src DESC",
+        batch_rows=1024,
+    )  # fmt: skip
+    summary = import_table(
+        "edges", source, {"follower_id": "src", "followee_id": "dst"}, settings,
+        ImportOptions(parse=parse_options(settings)),
+    )  # fmt: skip
+    assert (summary["loaded"], summary["rejected_by_reason"]) == (1, {"non_integer_id": 1})
+    assert [row[:2] for row in table(settings, "follow_edges")] == [(2**53 + 1, 7)]
 
 
 def test_rejects_that_cannot_be_written_import_nothing(store_url, tmp_path):

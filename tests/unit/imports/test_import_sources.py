@@ -1,5 +1,5 @@
-"""recs.imports.sources: delimited text (line numbers, comments, quoting, gzip, separators,
-headers), Parquet row batches and SQL queries, on hand-made files."""
+"""recs.imports.sources and typed_sources: delimited text (line numbers, comments, quoting, gzip,
+separators, headers), Parquet row batches and SQL queries, on hand-made files."""
 
 from __future__ import annotations
 
@@ -12,13 +12,8 @@ import polars as pl
 import pytest
 
 from recs.errors import ImportInputError, RecsError
-from recs.imports.sources import (
-    DelimitedFile,
-    ParquetSource,
-    SqlQuery,
-    open_source,
-    parse_separator,
-)
+from recs.imports.sources import DelimitedFile, open_source, parse_separator
+from recs.imports.typed_sources import ParquetSource, SqlQuery
 
 
 def write(path: Path, text: str, *, gz: bool = False) -> Path:
@@ -145,6 +140,38 @@ def test_parquet_is_read_by_batches_with_row_numbers_and_json_text(tmp_path):
     assert batches[1].text(np.array([0])) == ['{"follower_id":3,"followee_id":4}']
 
 
+def test_arrow_columns_polars_cannot_read_exactly_arrive_as_their_exact_text(tmp_path):
+    """(From a review.) ADBC gives PostgreSQL's NUMERIC as an opaque extension column: every id
+    was refused as non_integer_id; a decimal256 Parquet column was a traceback; a binary id's
+    reject row could not be written as JSON (a traceback)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recs.imports.typed_sources import arrow_frame
+
+    numeric = pa.ExtensionArray.from_storage(
+        pa.opaque(pa.string(), "numeric", "PostgreSQL"),
+        pa.array(["9007199254740993", "7.00", "7.50", "-0", None]),
+    )
+    frame = arrow_frame(pa.record_batch([numeric], names=["follower_id"]))
+    assert frame.schema == {"follower_id": pl.String}
+    assert frame["follower_id"].to_list() == ["9007199254740993", "7", "7.50", "-0", None]
+    path = tmp_path / "wide.parquet"
+    pq.write_table(
+        pa.table({
+            "follower_id": pa.array([2**70, 5], pa.decimal256(40, 1)),
+            "followee_id": pa.array([b"\x01", b"ab"], pa.binary()),
+        }),
+        path,
+    )  # fmt: skip
+    batch = next(open_source(str(path), batch_rows=9).batches())
+    assert batch.frame["follower_id"].to_list() == [str(2**70), "5"]
+    assert batch.text(np.array([0, 1])) == [
+        f'{{"follower_id":"{2**70}","followee_id":"01"}}',
+        '{"follower_id":"5","followee_id":"6162"}',
+    ]
+
+
 def test_sql_source_reads_a_query_on_a_sqlite_database(tmp_path):
     path = tmp_path / "service.db"
     connection = sqlite3.connect(path)
@@ -172,6 +199,9 @@ def test_sql_source_reads_a_query_on_a_sqlite_database(tmp_path):
         ({"path": None, "from_sql": "sqlite:///x.db"}, "needs --query"),
         ({"path": None, "query": "SELECT 1"}, "needs --query"),
         ({"path": None, "from_sql": "sqlite:///nowhere.db", "query": "SELECT 1"}, "no SQLite"),
+        # (a review's: a thread error from SQLAlchemy's pool after a stray driver line)
+        ({"path": None, "from_sql": "sqlite://", "query": "SELECT 1"}, "in-memory SQLite"),
+        ({"path": None, "from_sql": "sqlite:///:memory:", "query": "SELECT 1"}, "in-memory"),
     ],
 )
 def test_input_errors_are_one_readable_line(tmp_path, monkeypatch, kwargs, message):

@@ -80,6 +80,8 @@ def test_float_ids_only_where_a_float_is_exact_and_decimal_ids_exactly():
         [16777215, None, None],
         [None, "inexact_float_id", "id_out_of_range"],
     )
+    assert ids([2047.0, 2049.0], pl.Float16) == ([2047, None], [None, "inexact_float_id"])
+    assert ids([2.0**63], pl.Float64)[1] == ["id_out_of_range"]  # not a whole id, rounded or not
     big = [2**53 + 1, 2**63 - 1, 2**63, -1, None]
     assert ids([None if v is None else Decimal(v) for v in big], pl.Decimal(20, 0)) == (
         [2**53 + 1, 2**63 - 1, None, None, None],
@@ -89,6 +91,14 @@ def test_float_ids_only_where_a_float_is_exact_and_decimal_ids_exactly():
         [7, None],
         [None, "non_integer_id"],
     )
+    # (a review's) a floor of these overflowed: a traceback instead of a reason
+    assert ids([Decimal("-0.5"), Decimal("0")], pl.Decimal(38, 38)) == (
+        [None, 0],
+        ["non_integer_id", None],
+    )
+    assert ids([Decimal("-9999999999999999999999999999.5")], pl.Decimal(38, 10))[1] == [
+        "id_out_of_range"
+    ]
 
 
 def times(values, fmt="iso", dtype=None, nullable=False):

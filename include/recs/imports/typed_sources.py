@@ -1,0 +1,212 @@
+"""The typed sources of ``recs import`` (``sources.open_source`` opens them): a Parquet file and
+the result of a SQL query, whose columns arrive with the source's types as Arrow record batches.
+
+- **Parquet**: read by record batches (``pyarrow.parquet.ParquetFile.iter_batches``), only the
+  mapped columns; a row's "line number" is its 1-based row number, its text the row as JSON.
+- **SQL** (``--from-sql URL --query SQL``): PostgreSQL and SQLite through ADBC (PostgreSQL
+  streams the result as binary ``COPY``), any other SQLAlchemy URL through
+  ``polars.read_database`` in batches; "line number" = 1-based row of the result. An in-memory
+  SQLite URL is refused (a new, empty database).
+- Every batch goes through ``arrow_frame``, so validation reads each value exactly.
+
+Errors a user can cause (a file that is not Parquet, a query that fails) raise
+``ImportInputError`` with one readable line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from recs.errors import ImportInputError
+from recs.imports.sources import SourceBatch
+
+# --- Parquet ------------------------------------------------------------------------------------
+
+
+class ParquetSource:
+    """A Parquet file read by record batches of ``batch_rows`` (only the mapped columns)."""
+
+    headerless = False
+
+    def __init__(self, path: Path, *, batch_rows: int) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        self.name = str(path)
+        self.batch_rows = batch_rows
+        try:
+            self._file = pq.ParquetFile(self.path)
+        except FileNotFoundError:
+            raise ImportInputError(f"no such file: {path}") from None
+        except Exception as error:  # noqa: BLE001 - ArrowInvalid etc.
+            raise ImportInputError(f"{path} is not a readable Parquet file: {error}") from None
+        self.columns = list(self._file.schema_arrow.names)
+        self.wanted: list[str] | None = None
+
+    def batches(self) -> Iterator[SourceBatch]:
+        offset = 0
+        try:
+            for batch in self._file.iter_batches(batch_size=self.batch_rows, columns=self.wanted):
+                frame = arrow_frame(batch)
+                numbers = np.arange(offset + 1, offset + frame.height + 1, dtype=np.int64)
+                offset += frame.height
+                yield SourceBatch(frame, numbers, _json_rows(frame))
+        except OSError as error:
+            raise ImportInputError(f"cannot read {self.path}: {error}") from None
+
+
+def arrow_frame(batch) -> pl.DataFrame:
+    """A record batch of a Parquet file or an ADBC result as a polars frame that validation
+    reads exactly: an extension column (ADBC gives PostgreSQL's NUMERIC as an opaque one) as its
+    storage, and a 256-bit decimal, which polars cannot hold, as text; a number read as text
+    loses a fraction of zeros (NUMERIC 7.00 is 7: text ids are whole decimals, ``parse_ids``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for column, field in zip(batch.columns, batch.schema, strict=True):
+        kind = field.type
+        numeric = False
+        if isinstance(kind, pa.BaseExtensionType):
+            numeric = getattr(kind, "type_name", None) == "numeric"
+            column, kind = column.storage, kind.storage_type
+        if pa.types.is_decimal256(kind):
+            column, numeric = pc.cast(column, pa.string()), True
+        if numeric and pa.types.is_string(column.type):
+            column = pc.replace_substring_regex(column, r"^(-?\d+)\.0*$", r"\1")
+        columns.append(column)
+    frame = pl.from_arrow(pa.record_batch(columns, names=batch.schema.names))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
+    def text(positions: np.ndarray) -> list[str]:
+        if not len(positions):
+            return []
+        rows = frame[positions.tolist()].with_columns(  # bytes have no JSON form: as hex
+            pl.col(pl.Binary).bin.encode("hex")
+        )
+        return rows.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
+
+    return text
+
+
+# --- SQL ----------------------------------------------------------------------------------------
+
+
+class SqlQuery:
+    """The result of ``query`` on the database at ``url`` (module docstring)."""
+
+    headerless = False
+
+    def __init__(self, url: str, query: str, *, batch_rows: int) -> None:
+        from recs.store.connections import display_url
+
+        self.url, self.query, self.batch_rows = url, query, batch_rows
+        try:
+            self.name = display_url(url)
+        except Exception:  # noqa: BLE001 - an unparsable URL
+            raise ImportInputError(f"--from-sql: not a database URL: {url!r}") from None
+        self._open()
+
+    def _open(self) -> None:
+        from recs.store.connections import is_postgres, libpq_url, one_line, sqlite_file
+
+        path = sqlite_file(self.url)
+        try:
+            if is_postgres(self.url):
+                import adbc_driver_postgresql.dbapi as adbc
+
+                self._connection = adbc.connect(libpq_url(self.url))
+            elif path is not None:
+                import adbc_driver_sqlite.dbapi as adbc
+
+                if not Path(path).is_file():
+                    raise ImportInputError(f"--from-sql: no SQLite database at {path}")
+                self._connection = adbc.connect(f"file:{path}?mode=ro", autocommit=True)
+            elif _in_memory_sqlite(self.url):
+                raise ImportInputError(
+                    f"--from-sql: {self.url} is an in-memory SQLite database, empty when "
+                    "opened: name the file, sqlite:///path/to/file.db"
+                )
+            else:
+                self._connection = None
+                self._reader = self._sqlalchemy_batches()
+                self.columns = self._first_columns
+                return
+            self._cursor = self._connection.cursor()
+            self._cursor.execute(self.query)
+            self._reader = self._cursor.fetch_record_batch()
+            self.columns = list(self._reader.schema.names)
+        except ImportInputError:
+            raise
+        except Exception as error:  # noqa: BLE001 - driver errors: one line, password masked
+            self.close()
+            message = one_line(error, self.url, limit=300)
+            raise ImportInputError(
+                f"--from-sql: the query failed on {self.name}: {message}"
+            ) from None
+
+    def _sqlalchemy_batches(self) -> Iterator[pl.DataFrame]:
+        from sqlalchemy import create_engine
+
+        from recs.store.connections import normalize_url
+
+        engine = create_engine(normalize_url(self.url))
+        frames = pl.read_database(self.query, engine, iter_batches=True, batch_size=self.batch_rows)
+        first = next(iter(frames), None)
+        self._first_columns = list(first.columns) if first is not None else []
+
+        def batches():
+            try:
+                if first is not None:
+                    yield first
+                yield from frames
+            finally:
+                engine.dispose()
+
+        return batches()
+
+    def batches(self) -> Iterator[SourceBatch]:
+        from recs.store.connections import one_line
+
+        offset = 0
+        try:
+            for batch in self._reader:
+                frame = batch if isinstance(batch, pl.DataFrame) else arrow_frame(batch)
+                numbers = np.arange(offset + 1, offset + frame.height + 1, dtype=np.int64)
+                offset += frame.height
+                yield SourceBatch(frame, numbers, _json_rows(frame))
+        except ImportInputError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise ImportInputError(
+                f"--from-sql: reading the result failed after {offset:,} rows: "
+                f"{one_line(error, self.url, limit=300)}"
+            ) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for name in ("_cursor", "_connection"):
+            handle = getattr(self, name, None)
+            if handle is not None:
+                try:
+                    handle.close()
+                except Exception:  # noqa: BLE001 - closing after an error
+                    pass
+                setattr(self, name, None)
+
+
+def _in_memory_sqlite(url: str) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``):
+    a new one, empty, for each connection."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
