@@ -33,7 +33,8 @@ import polars as pl
 
 from recs.config import Settings
 from recs.errors import ImportInputError
-from recs.imports.sources import DelimitedFile, Source
+from recs.imports.batches import Source
+from recs.imports.sources import DelimitedFile
 from recs.imports.staging import Staging, staging_folder
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
 from recs.imports.typed_sources import ParquetSource

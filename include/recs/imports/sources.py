@@ -1,7 +1,7 @@
 """Where ``recs import`` reads rows from: delimited text files, Parquet files, a SQL query.
 
-Each source yields ``SourceBatch``es of at most about ``batch_rows`` rows, so memory is bounded
-by a batch, never by the input:
+Each source yields ``SourceBatch``es (``batches``) of at most about ``batch_rows`` rows, so
+memory is bounded by a batch, never by the input:
 
 - **CSV/TSV** (optionally gzip-compressed; detected by its first bytes, not its name): read in
   blocks of ``block_bytes`` at line boundaries. Every line keeps its **line number** in the
@@ -23,15 +23,16 @@ import gzip
 import logging
 import re
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 import numpy as np
 import polars as pl
 
 from recs.errors import ImportInputError
+from recs.imports.batches import Source, SourceBatch, reject_frame
+from recs.imports.typed_sources import ParquetSource, SqlQuery
 
 log = logging.getLogger("recs.imports.sources")
 
@@ -45,54 +46,6 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 _NEWLINE, _CR, _QUOTE = ord("\n"), ord("\r"), ord('"')
 _NUMBER = re.compile(rb"^\s*[+-]?\d+(\.\d*)?([eE][+-]?\d+)?\s*$")
-
-
-@dataclass
-class SourceBatch:
-    """Rows of a source: ``frame`` (the source's columns: text for CSV/TSV, the source's own
-    types otherwise), ``line_numbers`` (int64, 1-based line or row number of each row),
-    ``text(positions)`` (the original text of the rows at those positions: for rejects) and
-    ``malformed`` (rows the reader itself rejected: ``line_number, reason, detail, line``)."""
-
-    frame: pl.DataFrame
-    line_numbers: np.ndarray
-    text: Callable[[np.ndarray], list[str]]
-    malformed: pl.DataFrame | None = None
-
-
-class Source(Protocol):
-    """A readable input: ``name`` (a path, or a URL with its password masked) and ``columns``
-    (names; a headerless file's are ``"1"``, ``"2"``, ...), known before any row is read."""
-
-    name: str
-    columns: list[str]
-    headerless: bool
-
-    def batches(self) -> Iterator[SourceBatch]: ...
-
-
-REJECT_SCHEMA = {
-    "line_number": pl.Int64,
-    "reason": pl.String,
-    "detail": pl.String,
-    "line": pl.String,
-}
-
-
-def reject_frame(line_numbers, reason: str, details, lines) -> pl.DataFrame:
-    """A frame of rejects in ``REJECT_SCHEMA`` (``details`` one string or one per row)."""
-    count = len(line_numbers)
-    if isinstance(details, str):
-        details = [details] * count
-    return pl.DataFrame(
-        {
-            "line_number": np.asarray(line_numbers, dtype=np.int64),
-            "reason": [reason] * count,
-            "detail": list(details),
-            "line": list(lines),
-        },
-        schema=REJECT_SCHEMA,
-    )
 
 
 # --- delimited text ------------------------------------------------------------------------------
@@ -392,8 +345,6 @@ def open_source(
             raise ImportInputError(
                 "--from-sql URL needs --query SQL (and --query needs --from-sql)"
             )
-        from recs.imports.typed_sources import SqlQuery
-
         return SqlQuery(from_sql, query, batch_rows=batch_rows)
     if path is None:
         raise ImportInputError(
@@ -411,8 +362,6 @@ def open_source(
         if fmt == "csv" and separator is None and any(s in (".tsv", ".tab") for s in suffixes):
             separator = "\t"
     if fmt == "parquet":
-        from recs.imports.typed_sources import ParquetSource
-
         return ParquetSource(file, batch_rows=batch_rows)
     if fmt in ("csv", "tsv"):
         if fmt == "tsv" and separator is None:

@@ -31,7 +31,7 @@ import polars as pl
 
 from recs.contracts import TS
 from recs.files import atomic_path
-from recs.imports.sources import REJECT_SCHEMA
+from recs.imports.batches import REJECT_SCHEMA
 from recs.imports.tables import ImportTable
 from recs.imports.validation import accepted_schema, row_text
 

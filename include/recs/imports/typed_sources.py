@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from recs.errors import ImportInputError
-from recs.imports.sources import SourceBatch
+from recs.imports.batches import SourceBatch
 
 # --- Parquet ------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import polars as pl
 
 from recs.contracts import MAX_USER_ID, TS
 from recs.errors import ImportInputError
-from recs.imports.sources import REJECT_SCHEMA, Source, SourceBatch
+from recs.imports.batches import REJECT_SCHEMA, Source, SourceBatch
 from recs.imports.tables import DEFAULT_TIME, EARLIEST_TIME, TAG_MAX_CHARS, ImportTable
 from recs.times import MAX_EPOCH_US
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from recs.errors import ImportInputError
-from recs.imports.sources import SourceBatch
+from recs.imports.batches import SourceBatch
 from recs.imports.tables import (
     ACCOUNT_STATUSES,
     DEFAULT_TIME,
