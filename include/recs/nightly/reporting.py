@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from recs.errors import RecsError
-from recs.files import read_json, sha256_file
+from recs.files import read_json
 from recs.nightly import artifacts
 from recs.nightly.locks import in_progress
 from recs.nightly.parts import GRAPH, SNAPSHOT, SNAPSHOT_MANIFEST, VALIDATION, shard_part
@@ -246,47 +246,23 @@ def _run_store_view(paths: RunPaths) -> dict[str, Any] | None:
 
 
 def verdict_stale(paths: RunPaths, shard_count: int) -> bool:
-    """Whether a shard was computed since the gate's verdict (``paths.validation_summary``) into
-    another file than the one the verdict validated: its manifest (written last) is newer than
-    the verdict and its output's sha256 is not the one the verdict's ``shards`` recorded (none
-    for a shard that had failed). Only shards rerun since are hashed. ``recs validate`` judges
-    them. (A newcomer's rerun, stopped before its gate, showed 4 of 4 shards beside the earlier
-    "nothing to validate"; another's report said "passed" of a shard rerun since; a byte-for-byte
-    rerun of a shard was called stale while it was judged by mtime alone.)"""
+    """Whether a shard's output (its manifest, written last) is newer than the gate's verdict
+    (``paths.validation_summary``): a shard rerun since the gate, which ``recs validate``
+    judges. (A newcomer's rerun, stopped before its gate, showed 4 of 4 shards beside the
+    earlier "nothing to validate"; another's report said "passed" of a shard rerun since.) A
+    byte-for-byte rerun is stale too: the gate judges the manifest as well as the output, and
+    comparing the output's sha256 alone missed a manifest replaced since (a review's)."""
     try:
         judged = paths.validation_summary.stat().st_mtime
     except OSError:
         return False
-    validated: dict[int, str | None] | None = None
     for shard_id in range(shard_count):
         try:
-            if paths.shard_manifest(shard_id).stat().st_mtime <= judged:
-                continue
+            if paths.shard_manifest(shard_id).stat().st_mtime > judged:
+                return True
         except OSError:
             continue
-        if validated is None:
-            validated = _validated_digests(paths)
-        try:
-            digest = sha256_file(paths.shard_output(shard_id))
-        except OSError:  # gone or unreadable: not the file the verdict saw, if it saw one
-            digest = None
-        if digest is None or digest != validated.get(shard_id):
-            return True
     return False
-
-
-def _validated_digests(paths: RunPaths) -> dict[int, str | None]:
-    """The sha256 of each shard's output the verdict validated (``{}`` if it cannot be read:
-    every shard newer than it is then stale)."""
-    try:
-        summary = read_json(paths.validation_summary)
-    except (RecsError, OSError):
-        return {}
-    return {
-        s["shard_id"]: s.get("sha256")
-        for s in (summary or {}).get("shards") or []
-        if isinstance(s, dict) and isinstance(s.get("shard_id"), int)
-    }
 
 
 def stopped_at(stage_times: dict[str, Any] | None) -> dict[str, str] | None:
