@@ -100,8 +100,8 @@ def _taken_as_argument(error: Exception, argv: list[str] | None) -> str | None:
             value_next = False
         elif name in known:
             value_next = "=" not in word and not getattr(known[name], "is_flag", False)
-        elif name.startswith("-") and len(name) > 1 and not name[1:].isdigit():
-            return name  # not "-1": a user id parse_id refuses with its rule
+        elif name.startswith("-") and len(name) > 1 and not name[1].isdigit():
+            return name  # not "-1" or "-1.5": a user id parse_id refuses with its rule
     return None
 
 

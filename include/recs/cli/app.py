@@ -83,9 +83,10 @@ def argument_hint(name: str, where: list[str]) -> str:
 
 
 def user_id_argument(text: str, command: str) -> int:
-    """The USER_ID argument of ``recs <command>`` (``parse_id``); an option with a value in its
-    place (``--user-id=7``, which ``ID_ARGUMENT`` lets through as the argument) is named as an
-    option (``InvalidRequestError``, exit 2), with how to give the id."""
+    """The USER_ID argument of ``recs <command>`` (``parse_id``); an unknown option with a value
+    in its place (``--limt=5``, which ``ID_ARGUMENT`` lets through as the argument) is named as
+    an option (``InvalidRequestError``, exit 2, one line), and ``--user-id=7`` with how to give
+    the id instead."""
     import shlex
 
     from recs.errors import InvalidRequestError
@@ -93,9 +94,11 @@ def user_id_argument(text: str, command: str) -> int:
 
     option, equals, value = text.partition("=")
     if option.startswith("--") and len(option) > 2 and equals:
-        shown = shlex.quote(value) if value and not value.startswith("-") else "USER_ID"
-        where = ["recs", command, shown]
-        raise InvalidRequestError(f"No such option: {option}{argument_hint('USER_ID', where)}")
+        hint = ""
+        if option[2:].replace("-", "_").lower() == "user_id":
+            shown = shlex.quote(value) if value and not value.startswith("-") else "USER_ID"
+            hint = argument_hint("USER_ID", ["recs", command, shown])
+        raise InvalidRequestError(" ".join(f"No such option: {option}{hint}".split()))
     return parse_id(text, "user id")
 
 

@@ -15,8 +15,11 @@ Errors a user can cause (a file that is not Parquet, a query that fails) raise
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -61,21 +64,31 @@ class ParquetSource:
 
 def arrow_frame(batch) -> pl.DataFrame:
     """A record batch of a Parquet file or an ADBC result as a polars frame that validation
-    reads exactly: an extension column (ADBC gives PostgreSQL's NUMERIC as an opaque one) as its
-    storage, and a 256-bit decimal, which polars cannot hold, as text; a number read as text
-    loses a fraction of zeros (NUMERIC 7.00 is 7: text ids are whole decimals, ``parse_ids``)."""
+    reads exactly: a dictionary-encoded column decoded; an extension column (ADBC gives
+    PostgreSQL's NUMERIC as an opaque one) as its storage; a 256-bit decimal, which polars
+    cannot hold, and PostgreSQL's ``money`` (which ADBC gives as int64 cents: 7 read as 700) as
+    decimal text, without a fraction of zeros (NUMERIC 7.00 is 7: text ids are whole decimals,
+    ``parse_ids``); a type polars cannot import (an interval, also inside a list) as text."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     columns = []
     for column, field in zip(batch.columns, batch.schema, strict=True):
-        kind = field.type
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        kind = column.type
         numeric = False
         if isinstance(kind, pa.BaseExtensionType):
             numeric = getattr(kind, "type_name", None) == "numeric"
             column, kind = column.storage, kind.storage_type
         if pa.types.is_decimal256(kind):
             column, numeric = pc.cast(column, pa.string()), True
+        elif _postgresql_type(field) == "money" and pa.types.is_integer(kind):
+            cents = column.to_pylist()
+            column = pa.array([None if c is None else str(Decimal(c).scaleb(-2)) for c in cents])
+            numeric = True
+        elif not _importable(kind):
+            column = pa.array([None if v is None else str(v) for v in column.to_pylist()])
         if numeric and pa.types.is_string(column.type):
             column = pc.replace_substring_regex(column, r"^(-?\d+)\.0*$", r"\1")
         columns.append(column)
@@ -84,16 +97,39 @@ def arrow_frame(batch) -> pl.DataFrame:
     return frame
 
 
+def _postgresql_type(field) -> str | None:
+    """The PostgreSQL type name ADBC's driver records in a result field's metadata, if any."""
+    for key, value in (field.metadata or {}).items():
+        if key.lower().endswith(b"type") and key.lower().startswith(b"postgresql"):
+            return value.decode(errors="replace").lower()
+    return None
+
+
+def _importable(kind) -> bool:
+    """Whether polars can import an Arrow type: not an interval, at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_interval(kind):
+        return False
+    return all(_importable(kind.field(i).type) for i in range(kind.num_fields))
+
+
 def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
     def text(positions: np.ndarray) -> list[str]:
         if not len(positions):
             return []
-        rows = frame[positions.tolist()].with_columns(  # bytes have no JSON form: as hex
-            pl.col(pl.Binary).bin.encode("hex")
-        )
+        rows = frame[positions.tolist()]
+        if any("Binary" in str(dtype) for dtype in rows.dtypes):  # polars has no JSON of bytes
+            return [json.dumps(row, default=_jsonable, separators=(",", ":"))
+                    for row in rows.iter_rows(named=True)]  # fmt: skip
         return rows.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
 
     return text
+
+
+def _jsonable(value: Any) -> Any:
+    """A value ``json`` cannot write, as text: bytes as hex, anything else as ``str``."""
+    return value.hex() if isinstance(value, bytes) else str(value)
 
 
 # --- SQL ----------------------------------------------------------------------------------------
@@ -204,9 +240,14 @@ class SqlQuery:
 
 
 def _in_memory_sqlite(url: str) -> bool:
-    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``):
-    a new one, empty, for each connection."""
+    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``,
+    a ``file::memory:`` or ``mode=memory`` URI): a new one, empty, for each connection."""
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
-    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "memory" in (parsed.query.get("mode"), database.partition("mode=")[2].split("&")[0])
+    )

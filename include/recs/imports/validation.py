@@ -349,7 +349,7 @@ def _strptime(values: pl.Series, fmt: str) -> pl.Series:
 
 def parse_statuses(values: pl.Series, accepted: tuple[str, ...]) -> tuple[pl.Series, pl.Series]:
     """Statuses, trimmed and lower-cased: ``unknown_status`` outside ``accepted``."""
-    text = values.cast(pl.String).str.strip_chars().str.to_lowercase()
+    text = _text(values).str.strip_chars().str.to_lowercase()
     bad = ~text.is_in(list(accepted)).fill_null(False)
     return text, _reasons(values, bad, "unknown_status")
 
@@ -359,7 +359,7 @@ def parse_booleans(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     and integers 0/1; else ``bad_boolean``."""
     if values.dtype == pl.Boolean:
         return values, _reasons(values, constant(False, len(values), pl.Boolean), "bad_boolean")
-    text = values.cast(pl.String).str.strip_chars().str.to_lowercase()
+    text = _text(values).str.strip_chars().str.to_lowercase()
     parsed = pl.select(
         pl.when(text.is_in(list(_TRUE)))
         .then(pl.lit(True))
@@ -372,9 +372,26 @@ def parse_booleans(values: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 def parse_tags(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     """Interest tags, trimmed: ``bad_tag`` if longer than ``TAG_MAX_CHARS``."""
-    text = values.cast(pl.String).str.strip_chars()
-    bad = (text.str.len_chars() > TAG_MAX_CHARS).fill_null(False)
+    text = _text(values).str.strip_chars()
+    bad = (text.str.len_chars() > TAG_MAX_CHARS).fill_null(False) | (
+        text.is_null() & values.is_not_null()  # bytes that are not UTF-8 text
+    )
     return text, _reasons(values, bad, "bad_tag")
+
+
+def _text(values: pl.Series) -> pl.Series:
+    """``values`` as text; a binary column's decoded as UTF-8, null where they are not (polars'
+    cast raises there), so the caller refuses them with its reason."""
+    if values.dtype != pl.Binary:
+        return values.cast(pl.String)
+
+    def decoded(value: bytes | None) -> str | None:
+        try:
+            return None if value is None else value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    return pl.Series(values.name, [decoded(v) for v in values.to_list()], dtype=pl.String)
 
 
 # --- one batch ------------------------------------------------------------------------------

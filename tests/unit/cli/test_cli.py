@@ -101,6 +101,9 @@ AFTER = "; it belongs after the command:"
         (["recommend", "--limit", "3", "--user-id=7"], "--user-id", "; USER_ID is an argument, "
          "not an option: recs recommend 7"),
         (["token", "-s", "7"], "-s", ""),
+        # (a second review's) a mistyped option with a value is not the user id's
+        (["recommend", "--limt=5"], "--limt", ""),
+        (["token", "--ttl=60", "--servce=1"], "--servce", ""),
     ],
 )  # fmt: skip
 def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, hint):

@@ -164,6 +164,11 @@ def test_arrow_columns_polars_cannot_read_exactly_arrive_as_their_exact_text(tmp
         }),
         path,
     )  # fmt: skip
+    # (a second review's) dictionary-encoded text ids were refused as not whole numbers
+    coded = arrow_frame(
+        pa.record_batch([pa.array(["7", "8", "7"]).dictionary_encode()], names=["follower_id"])
+    )
+    assert coded.schema == {"follower_id": pl.String} and coded.rows() == [("7",), ("8",), ("7",)]
     batch = next(open_source(str(path), batch_rows=9).batches())
     assert batch.frame["follower_id"].to_list() == [str(2**70), "5"]
     assert batch.text(np.array([0, 1])) == [
@@ -202,6 +207,11 @@ def test_sql_source_reads_a_query_on_a_sqlite_database(tmp_path):
         # (a review's: a thread error from SQLAlchemy's pool after a stray driver line)
         ({"path": None, "from_sql": "sqlite://", "query": "SELECT 1"}, "in-memory SQLite"),
         ({"path": None, "from_sql": "sqlite:///:memory:", "query": "SELECT 1"}, "in-memory"),
+        (
+            {"path": None, "query": "SELECT 1",
+             "from_sql": "sqlite:///file::memory:?cache=shared&uri=true"},
+            "in-memory",
+        ),
     ],
 )
 def test_input_errors_are_one_readable_line(tmp_path, monkeypatch, kwargs, message):
