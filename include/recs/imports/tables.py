@@ -36,7 +36,7 @@ REJECT_REASONS: dict[str, str] = {
     "more than RECS_INGEST_MAX_FUTURE_SECONDS (1 h) ahead of this machine's clock",
     "unknown_status": "a status outside the table's accepted values",
     "bad_boolean": "a flag that is not true/false, t/f, yes/no, y/n or 1/0",
-    "bad_tag": "an interest tag longer than 64 characters",
+    "bad_tag": "an interest tag longer than 64 characters (or bytes that are not UTF-8 text)",
     "duplicate": "the key of an earlier row of the same input (the first row is kept)",
     "already_in_store": "the key of a row the live store already holds (appending without "
     "--replace; users: unless --update-existing)",

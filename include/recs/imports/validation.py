@@ -371,7 +371,8 @@ def parse_booleans(values: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 
 def parse_tags(values: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """Interest tags, trimmed: ``bad_tag`` if longer than ``TAG_MAX_CHARS``."""
+    """Interest tags, trimmed: ``bad_tag`` if longer than ``TAG_MAX_CHARS``, or bytes that are
+    not UTF-8 text."""
     text = _text(values).str.strip_chars()
     bad = (text.str.len_chars() > TAG_MAX_CHARS).fill_null(False) | (
         text.is_null() & values.is_not_null()  # bytes that are not UTF-8 text
