@@ -12,7 +12,6 @@ cause exits non-zero with one line ``recs: error: …`` on stderr, never a trace
 from __future__ import annotations
 
 import logging
-import shlex
 import signal
 import sys
 
@@ -187,9 +186,8 @@ def _argument_instead(option: str, context, words: list[str], at: int, path: lis
         return ""
     (command_name, param), word = found[0], words[at]
     given = word.split("=", 1)[1] if "=" in word else next(iter(words[at + 1 : at + 2]), "")
-    value = shlex.quote(given) if given and not given.startswith("-") else shown(param)
-    where = ["recs", *path, *([command_name] if command_name else []), value]
-    return argument_hint(shown(param), where)
+    where = ["recs", *path, *([command_name] if command_name else [])]
+    return argument_hint(shown(param), where, given)
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -76,10 +76,14 @@ UserIdArg = Annotated[
 ID_ARGUMENT = {"ignore_unknown_options": True}
 
 
-def argument_hint(name: str, where: list[str]) -> str:
+def argument_hint(name: str, command: list[str], given: str) -> str:
     """The hint after "No such option: --x" for an option named like a command's argument
-    ``name``: how to give it instead (``where``: the command line, shell-quoted)."""
-    return f"; {name} is an argument, not an option: {' '.join(where)}"
+    ``name``: how to give it instead, ``command`` (``["recs", "runs", "show"]``) then the value
+    ``given``, quoted for a shell, or ``name`` when none was given (or it looks like an option)."""
+    import shlex
+
+    value = shlex.quote(given) if given and not given.startswith("-") else name
+    return f"; {name} is an argument, not an option: {' '.join([*command, value])}"
 
 
 def user_id_argument(text: str, command: str) -> int:
@@ -87,8 +91,6 @@ def user_id_argument(text: str, command: str) -> int:
     in its place (``--limt=5``, which ``ID_ARGUMENT`` lets through as the argument) is named as
     an option (``InvalidRequestError``, exit 2, one line), and ``--user-id=7`` with how to give
     the id instead."""
-    import shlex
-
     from recs.errors import InvalidRequestError
     from recs.serving.auth import parse_id
 
@@ -96,8 +98,7 @@ def user_id_argument(text: str, command: str) -> int:
     if option.startswith("--") and len(option) > 2 and equals:
         hint = ""
         if option[2:].replace("-", "_").lower() == "user_id":
-            shown = shlex.quote(value) if value and not value.startswith("-") else "USER_ID"
-            hint = argument_hint("USER_ID", ["recs", command, shown])
+            hint = argument_hint("USER_ID", ["recs", command], value)
         raise InvalidRequestError(" ".join(f"No such option: {option}{hint}".split()))
     return parse_id(text, "user id")
 

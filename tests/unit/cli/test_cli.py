@@ -112,6 +112,7 @@ def test_an_option_before_its_command_says_where_it_belongs(recs, argv, option, 
     assert code == 2 and out == ""
     assert _one_error(err) == f"recs: error: No such option: {option}{hint}"
 
+
 def test_an_extra_argument_of_a_command_without_a_user_id_stays_one(recs):
     """(From a review.) Only a command that reads "-1" as its user id names an unknown option
     for an extra argument, and never a known option's value: `--rejects --rej.csv` here."""

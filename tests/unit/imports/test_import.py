@@ -622,37 +622,26 @@ def test_postgresql_numeric_ids_are_read_exactly(postgres_url, tmp_path):
         )
     service.dispose()
     settings = settings_for(f"sqlite:///{tmp_path / 'live.db'}", tmp_path)
-    source = open_source(
-        None, from_sql=postgres_url, query="SELECT src, dst FROM wide ORDER BY src DESC",
-        batch_rows=1024,
-    )  # fmt: skip
-    summary = import_table(
-        "edges", source, {"follower_id": "src", "followee_id": "dst"}, settings,
-        ImportOptions(parse=parse_options(settings)),
-    )  # fmt: skip
+
+    def imported(command: str, query: str, mapping: dict) -> dict:
+        source = open_source(None, from_sql=postgres_url, query=query, batch_rows=1024)
+        options = ImportOptions(parse=parse_options(settings))
+        return import_table(command, source, mapping, settings, options)
+
+    edges = {"follower_id": "src", "followee_id": "dst"}
+    summary = imported("edges", "SELECT src, dst FROM wide ORDER BY src DESC", edges)
     assert (summary["loaded"], summary["rejected_by_reason"]) == (1, {"non_integer_id": 1})
     assert [row[:2] for row in table(settings, "follow_edges")] == [(2**53 + 1, 7)]
     # (a second review's) money came as int64 cents (7 imported as 700); an interval column,
     # even unmapped, stopped the import; bytes in a flag column were a traceback
-    source = open_source(
-        None, from_sql=postgres_url, batch_rows=1024,
-        query="SELECT 9::money AS src, 8 AS dst, '1 day'::interval AS waited",
-    )  # fmt: skip
-    summary = import_table(
-        "edges", source, {"follower_id": "src", "followee_id": "dst"}, settings,
-        ImportOptions(parse=parse_options(settings)),
-    )  # fmt: skip
-    assert summary["loaded"] == 1
+    query = "SELECT 9::money AS src, 8 AS dst, '1 day'::interval AS waited"
+    assert imported("edges", query, edges)["loaded"] == 1
     assert (9, 8) in [row[:2] for row in table(settings, "follow_edges")]
-    source = open_source(
-        None, from_sql=postgres_url, batch_rows=1024,
-        query="SELECT 30 AS user_id, '\\xff'::bytea AS is_private, "
-        "ARRAY['\\xff'::bytea] AS extra UNION ALL SELECT 31, 'true'::bytea, NULL",
-    )  # fmt: skip
-    summary = import_table(
-        "users", source, {"user_id": "user_id", "is_private": "is_private"}, settings,
-        ImportOptions(parse=parse_options(settings)),
-    )  # fmt: skip
+    query = (
+        "SELECT 30 AS user_id, '\\xff'::bytea AS is_private, "
+        "ARRAY['\\xff'::bytea] AS extra UNION ALL SELECT 31, 'true'::bytea, NULL"
+    )
+    summary = imported("users", query, {"user_id": "user_id", "is_private": "is_private"})
     assert (summary["loaded"], summary["rejected_by_reason"]) == (1, {"bad_boolean": 1})
     assert pl.read_csv(summary["rejects_file"])["line"].to_list() == [
         '{"user_id":30,"is_private":"ff","extra":["ff"]}'
