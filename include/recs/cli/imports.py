@@ -334,11 +334,13 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
             err.print(
                 f"rejected by reason: {reasons} (rows in {doc['rejects_file']})", highlight=False
             )
+        if doc["hint"]:
+            err.print(f"hint: {doc['hint']}", highlight=False, soft_wrap=True)
         shown = {
             key: value
             for key, value in doc.items()
             if key not in ("rejected_by_reason", "timings", "generated", "atomicity",
-                           "ignored_columns")
+                           "ignored_columns", "hint")
             and value is not None
         }
         shown["store"] = f"{doc['store']['backend']} {doc['store']['url']}"

@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from recs.cli.app import JsonOpt, app, current_settings, emit, err, out, print_mapping, progress
+from recs.cli.app import (
+    JsonOpt,
+    app,
+    current_settings,
+    emit,
+    err,
+    out,
+    print_mapping,
+    print_whole,
+    progress,
+)
 from recs.errors import RecsError
 
 
@@ -55,7 +65,9 @@ def ingest(
     def render(doc):
         table = Table(title=f"ingested into {doc['store']} in {doc['seconds']:.1f} s")
         for column in ("file", "read", "applied", "duplicates", "superseded", "quarantined"):
-            table.add_column(column, justify="left" if column == "file" else "right")
+            table.add_column(
+                column, justify="left" if column == "file" else "right", no_wrap=column == "file"
+            )
         for entry in [*doc["files"], {"path": "total", **doc}]:
             table.add_row(
                 str(entry["path"]),
@@ -64,7 +76,7 @@ def ingest(
                     for key in ("read", "applied", "duplicates", "superseded", "quarantined")
                 ),
             )
-        out.print(table)
+        print_whole(table)  # a path whole, also when the output is not a terminal
         if doc["quarantine_reasons"]:
             reasons = ", ".join(f"{k} {v:,}" for k, v in doc["quarantine_reasons"].items())
             err.print(f"quarantined by reason: {reasons} (table quarantined_events)")

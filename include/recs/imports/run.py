@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -102,7 +103,8 @@ def import_table(
     by name, or by position in a headerless file). Returns a JSON-able summary: ``command,
     table, source, store`` (backend, URL), ``mode`` (fresh or merge), ``rows_read, loaded,
     updated, rejected, rejected_by_reason, users_created, follow_counts, generated,
-    rejects_file, balanced, atomicity, seconds, rows_per_second, timings``, and
+    rejects_file, hint`` (what to do about rejects an option would have loaded, or None),
+    ``balanced, atomicity, seconds, rows_per_second, timings``, and
     ``ignored_columns``: the source's columns no store column is mapped to (a ``status`` column
     is not ``account_status``: say ``--status-col status``).
 
@@ -153,6 +155,7 @@ def import_table(
         "rejected": rejected,
         "rejected_by_reason": {r: by_reason[r] for r in REJECT_REASONS if r in by_reason},
         "rejects_file": str(rejects_file) if rejects_file else None,
+        "hint": _hint(spec, by_reason, options, source.name),
         "balanced": rows_read == written["loaded"] + written["updated"] + rejected,
         "atomicity": ATOMICITY,
         "seconds": round(seconds, 3),
@@ -161,6 +164,22 @@ def import_table(
     }
     log.info("imported %s: %s", command, summary)
     return summary
+
+
+def _hint(
+    spec: ImportTable, by_reason: dict[str, int], options: ImportOptions, source_name: str
+) -> str | None:
+    """What to do about rejects that an option would have loaded, or None: users the store
+    already holds (an import of edges creates the accounts it names, with default columns)
+    are updated only with ``--update-existing``."""
+    existing = by_reason.get("already_in_store", 0)
+    if spec.table != "users" or not existing or options.update_existing:
+        return None
+    return (
+        f"accounts of {source_name} already in the store: {existing:,} (an earlier import, of "
+        "edges for instance, created them with default columns); import it again with "
+        "--update-existing to set their columns from it"
+    )
 
 
 def check_rejects_path(path: Path | None) -> None:
@@ -231,9 +250,25 @@ def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.D
     raise ImportInputError(
         f"nothing imported: all {rejects.height:,} rows of the first batch of {source.name} "
         f"were rejected, {count:,} as {reason}{f' (also {others})' if others else ''}, e.g. "
-        f"line {example['line_number']:,}: {example['detail']} "
-        "(check the --<column>-col options, --time-format and --header/--no-header)"
+        f"line {example['line_number']:,}: {example['detail']} ({_advice(reason, example)})"
     )
+
+
+_WHOLE_DECIMAL = re.compile(r"^(\S+) '\s*[+-]?\d+\.0*\s*' ")
+"""A ``non_integer_id`` detail quoting a text id written as a decimal with a zero fraction
+(``follower_id '1000.0' is not ...``: how pandas writes a float column to CSV)."""
+
+
+def _advice(reason: str, example: dict[str, Any]) -> str:
+    """What to check when the first batch was refused for ``reason``, given one of its rejects."""
+    whole = _WHOLE_DECIMAL.match(example["detail"]) if reason == "non_integer_id" else None
+    if whole:
+        return (
+            "the ids are written as decimals, as pandas writes a float column: write them as "
+            f"integers, e.g. df.astype({{'{whole[1]}': 'Int64'}}) before to_csv, or import "
+            "Parquet, whose float ids are read exactly up to 2**53"
+        )
+    return "check the --<column>-col options, --time-format and --header/--no-header"
 
 
 _NAMING_USERS = ("follow_edges", "blocks", "mutes", "dismissed_candidates", "user_interests")

@@ -119,7 +119,9 @@ def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
         if not len(positions):
             return []
         rows = frame[positions.tolist()]
-        if any("Binary" in str(dtype) for dtype in rows.dtypes):  # polars has no JSON of bytes
+        if any("Binary" in str(dtype) or dtype.is_float() for dtype in rows.dtypes):
+            # polars has no JSON of bytes and writes inf and NaN as null: Python's json writes
+            # Infinity and NaN, as JavaScript spells them
             return [json.dumps(row, default=_jsonable, separators=(",", ":"))
                     for row in rows.iter_rows(named=True)]  # fmt: skip
         return rows.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()

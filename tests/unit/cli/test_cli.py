@@ -280,6 +280,21 @@ def test_ingest_says_when_it_created_a_new_live_store(recs, tmp_path):
     assert not any("no live store" in line for line in err)
 
 
+def test_ingest_prints_each_file_path_whole(recs, tmp_path):
+    """(From a newcomer's run.) The table names each file by its path, whole on one line also
+    when the output is not a terminal (it was cut short with "…" at 80 columns)."""
+    folder = tmp_path / ("events-of-the-night-" + "x" * 70)
+    folder.mkdir()
+    events = folder / "e.jsonl"
+    events.write_text(
+        '{"event_id": "u1", "event_type": "user_upsert", "event_time": "2026-11-01T00:00:00Z",'
+        ' "actor_id": 1}\n'
+    )
+    code, out, _ = recs("ingest", str(events))
+    assert code == 0
+    assert any(str(events) in line for line in out.splitlines()), out
+
+
 def test_ctrl_c_exits_130_with_one_line(tmp_path):
     """(From a review.) SIGINT to a real ``recs generate-graph`` once it reports progress: exit
     130 (128 + SIGINT) and ``recs: aborted``, no traceback. Typer returns that code outside

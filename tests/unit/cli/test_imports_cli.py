@@ -73,6 +73,22 @@ def test_the_human_output_says_what_was_rejected_and_how_it_was_written(recs, tm
     assert any("rejected by reason: self_loop 1" in line and "bad.csv" in line for line in err)
     assert any(line.startswith("written in one transaction") for line in err)
     assert (tmp_path / "bad.csv").read_text().splitlines()[1].startswith("2,self_loop,")
+    assert not any(line.startswith("hint:") for line in err)
+
+
+def test_users_an_import_of_edges_created_are_updated_on_the_hint(recs, tmp_path):
+    (tmp_path / "e.csv").write_text("follower_id,followee_id\n1,2\n")
+    (tmp_path / "u.csv").write_text("user_id,account_status\n1,suspended\n2,active\n")
+    assert recs("import", "edges", "e.csv")[0] == 0
+    code, _, err = recs("import", "users", "u.csv")
+    hints = [line for line in err if line.startswith("hint:")]
+    assert code == 0 and hints == [
+        "hint: accounts of u.csv already in the store: 2 (an earlier import, of edges for "
+        "instance, created them with default columns); import it again with --update-existing "
+        "to set their columns from it"
+    ]
+    code, out, _ = recs("import", "users", "u.csv", "--update-existing", "--json")
+    assert code == 0 and json.loads(out)["updated"] == 2
 
 
 def test_columns_no_option_names_are_named_as_not_imported(recs, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import re
 import sqlite3
 from pathlib import Path
 
@@ -244,16 +245,27 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
     )
     assert tags["rejected_by_reason"] == {"bad_tag": 1}
     floats = tmp_path / "floats.parquet"  # 2**53 + 1 written as a float64 reads as 2**53
-    pl.DataFrame({"follower_id": [2.0**53 + 1, 40.0], "followee_id": [41.0, 42.0]}).write_parquet(
-        floats
-    )
+    pl.DataFrame(
+        {"follower_id": [2.0**53 + 1, 40.0, -float("inf")], "followee_id": [41.0, 42.0, 43.0]}
+    ).write_parquet(floats)
     source = open_source(str(floats), batch_rows=settings.import_batch_rows)
     options = ImportOptions(parse=parse_options(settings))
     typed = import_table("edges", source, {}, settings, options)
-    assert (typed["loaded"], typed["rejected_by_reason"]) == (1, {"inexact_float_id": 1})
-    assert pl.read_csv(typed["rejects_file"])["detail"].to_list() == [
-        "follower_id '9007199254740992.0' is above 9,007,199,254,740,991, the largest whole number "
-        "a float64 column holds exactly: it may have been rounded (store ids as integers)"
+    assert (typed["loaded"], typed["rejected_by_reason"]) == (
+        1,
+        {"non_integer_id": 1, "inexact_float_id": 1},
+    )
+    assert pl.read_csv(typed["rejects_file"]).select("detail", "line").rows() == [
+        (
+            "follower_id '9007199254740992.0' is above 9,007,199,254,740,991, the largest whole "
+            "number a float64 column holds exactly: it may have been rounded (store ids as "
+            "integers)",
+            '{"followee_id":41.0,"follower_id":9007199254740992.0}',
+        ),
+        (  # polars' JSON writes an infinity as null
+            "follower_id '-inf' is not a whole number",
+            '{"followee_id":43.0,"follower_id":-Infinity}',
+        ),
     ]
     seen = set(summary["rejected_by_reason"]) | {"already_in_store", "bad_boolean", "bad_tag"}
     seen |= set(typed["rejected_by_reason"])
@@ -334,8 +346,14 @@ def test_users_created_with_defaults_are_updated_only_when_asked(store_url, tmp_
     users = "user_id,account_status,last_active_at\n1,suspended,2026-10-01\n3,active,\n"
     plain = run_import(settings, tmp_path, "users", users, name="u.csv")
     assert plain["loaded"] == 1 and plain["rejected_by_reason"] == {"already_in_store": 1}
+    assert plain["hint"] == (
+        f"accounts of {tmp_path / 'u.csv'} already in the store: 1 (an earlier import, of edges "
+        "for instance, created them with default columns); import it again with "
+        "--update-existing to set their columns from it"
+    )
     updated = run_import(settings, tmp_path, "users", users, name="u.csv", update_existing=True)
     assert updated["updated"] == 2 and updated["loaded"] == 0 and updated["balanced"]
+    assert updated["hint"] is None
     assert table(settings, "users")[0] == (
         1,
         DEFAULT_TIME,
@@ -455,6 +473,20 @@ def test_a_column_that_does_not_parse_at_all_stops_the_import(store_url, tmp_pat
     )
     assert summary["loaded"] == 2
     assert table(settings, "follow_edges")[0][2] == T(2010, 11, 8, 18, 45, 11, 728360)
+
+
+def test_ids_pandas_wrote_as_decimals_are_refused_with_the_fix(store_url, tmp_path):
+    """pandas writes a float id column (one with a NaN) as 1000.0: the import stops and says
+    how to write the ids instead; a fractional id gets the generic advice."""
+    settings = settings_for(store_url, tmp_path)
+    whole = "follower_id,followee_id\n1000.0,2.0\n3.0,4.0\n"
+    with pytest.raises(ImportInputError, match=re.escape(
+        "2 as non_integer_id, e.g. line 2: follower_id '1000.0' is not a whole number (the ids "
+        "are written as decimals, as pandas writes a float column: write them as integers, "
+        "e.g. df.astype({'follower_id': 'Int64'}) before to_csv, or import Parquet")):
+        run_import(settings, tmp_path, "edges", whole)
+    with pytest.raises(ImportInputError, match=r"'1\.5' is not a whole number \(check the --"):
+        run_import(settings, tmp_path, "edges", "follower_id,followee_id\n1.5,2\n2.5,3\n")
 
 
 def test_a_wrong_time_format_is_not_hidden_by_a_few_other_bad_lines(store_url, tmp_path):
