@@ -254,7 +254,7 @@ def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.D
     )
 
 
-_WHOLE_DECIMAL = re.compile(r"^(\S+) '\s*[+-]?\d+\.0*\s*' ")
+_WHOLE_DECIMAL = re.compile(r"^(\S+) '\s*[+-]?[0-9]+\.0*\s*' ")
 """A ``non_integer_id`` detail quoting a text id written as a decimal with a zero fraction
 (``follower_id '1000.0' is not ...``: how pandas writes a float column to CSV)."""
 

@@ -68,7 +68,8 @@ def arrow_frame(batch) -> pl.DataFrame:
     PostgreSQL's NUMERIC as an opaque one) as its storage; a 256-bit decimal, which polars
     cannot hold, and PostgreSQL's ``money`` (which ADBC gives as int64 cents: 7 read as 700) as
     decimal text, without a fraction of zeros (NUMERIC 7.00 is 7: text ids are whole decimals,
-    ``parse_ids``); a type polars cannot import (an interval, also inside a list) as text."""
+    ``parse_ids``); PostgreSQL's ``oid``, which ADBC gives as int32, as the unsigned number it
+    is; a type polars cannot import (an interval, also inside a list) as text."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -87,6 +88,8 @@ def arrow_frame(batch) -> pl.DataFrame:
             cents = column.to_pylist()
             column = pa.array([None if c is None else str(Decimal(c).scaleb(-2)) for c in cents])
             numeric = True
+        elif _postgresql_type(field) == "oid" and pa.types.is_int32(kind):
+            column = column.view(pa.uint32())  # unsigned 32 bits: 3,000,000,000 wrapped negative
         elif not _importable(kind):
             column = pa.array([None if v is None else str(v) for v in column.to_pylist()])
         if numeric and pa.types.is_string(column.type):

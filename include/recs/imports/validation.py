@@ -171,7 +171,7 @@ def parse_ids(values: pl.Series) -> tuple[pl.Series, pl.Series]:
         why = pl.select(
             pl.when(stripped.is_null() | (stripped == ""))
             .then(pl.lit("missing_value"))
-            .when(~stripped.str.contains(r"^[+-]?\d+$"))
+            .when(~stripped.str.contains(r"^[+-]?[0-9]+$"))  # \d would take any script's digits
             .then(pl.lit("non_integer_id"))
             .when(again.is_null() | (again < 0))
             .then(pl.lit("id_out_of_range"))

@@ -669,6 +669,9 @@ def test_postgresql_numeric_ids_are_read_exactly(postgres_url, tmp_path):
     query = "SELECT 9::money AS src, 8 AS dst, '1 day'::interval AS waited"
     assert imported("edges", query, edges)["loaded"] == 1
     assert (9, 8) in [row[:2] for row in table(settings, "follow_edges")]
+    # (the same review's) an oid came as int32: 3,000,000,000 wrapped and was refused
+    assert imported("edges", "SELECT 3000000000::oid AS src, 8::oid AS dst", edges)["loaded"] == 1
+    assert (3_000_000_000, 8) in [row[:2] for row in table(settings, "follow_edges")]
     query = (
         "SELECT 30 AS user_id, '\\xff'::bytea AS is_private, "
         "ARRAY['\\xff'::bytea] AS extra UNION ALL SELECT 31, 'true'::bytea, NULL"

@@ -44,7 +44,9 @@ def test_text_ids_plain_padded_signed_and_refused():
         [5, 6, 7, 7, 2**63 - 1],
         [None] * 5,
     )
-    parsed, reasons = ids(["", None, "x1", "1.0", "-3", "9223372036854775808", "1e3"])
+    parsed, reasons = ids(
+        ["", None, "x1", "1.0", "-3", "9223372036854775808", "1e3", "\u0663", "\uff17"]
+    )
     assert reasons == [
         "missing_value",
         "missing_value",
@@ -53,6 +55,8 @@ def test_text_ids_plain_padded_signed_and_refused():
         "id_out_of_range",
         "id_out_of_range",
         "non_integer_id",
+        "non_integer_id",  # an Arabic-Indic 3: not an ASCII digit (was id_out_of_range)
+        "non_integer_id",  # a fullwidth 7
     ]
 
 
