@@ -26,6 +26,25 @@ ABORTED = 130
 """The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
 IO_ERROR = 74
 """The exit code of an ``OSError`` no command turned into one of its own (EX_IOERR, sysexits.h)."""
+TERMINATED = 143
+"""The exit code of a command stopped by SIGTERM (128 + SIGTERM: what a shell reports for a
+process the signal killed), after its clean-up ran (``entry``)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is (``entry``): the command stops the same
+    way, its ``finally`` blocks and context managers run (a transaction rolled back, a
+    throwaway folder removed), and it exits ``TERMINATED``."""
+
+
+_signalled: list[int] = []
+"""The SIGTERMs this process received (Typer turns the interrupt into a returned 130, so the
+exception's type does not reach ``main``)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    _signalled.append(signum)
+    raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a defect: its traceback is the report
         code = ABORTED
     if code == ABORTED:
-        sys.stderr.write("recs: aborted\n")
+        terminated = bool(_signalled)
+        sys.stderr.write("recs: terminated\n" if terminated else "recs: aborted\n")
+        return TERMINATED if terminated else ABORTED
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
@@ -220,9 +241,12 @@ def entry() -> None:
     ctypes), and ``test_ctrl_c_inside_exec_of_a_source_string_still_exits_130`` shows it every
     time. Every ``exec`` of a string clears the flag as it starts, so one of nothing clears it
     once ``main`` has handled the interrupt; SIGINT is ignored while the interpreter shuts
-    down."""
+    down. SIGTERM (a scheduler's or a supervisor's stop) stops the command as Ctrl-C does,
+    clean-up included, and exits ``TERMINATED``: it used to kill the process outright, leaving
+    e.g. ``recs evaluate``'s throwaway folder behind."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
     code = main()
-    if code == ABORTED:
+    if code in (ABORTED, TERMINATED):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         exec("pass")  # clears CPython's "unhandled KeyboardInterrupt" flag (above)
     sys.exit(code)

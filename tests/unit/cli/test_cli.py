@@ -8,6 +8,7 @@ store only after generating.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from sqlalchemy import insert
 
@@ -322,6 +323,49 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     assert process.returncode == 130
     assert rest.strip().splitlines()[-1] == "recs: aborted"
     assert "Traceback" not in rest
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_command_with_its_clean_up(tmp_path):
+    """(From a review.) SIGTERM to a real ``recs evaluate`` once it has made its throwaway folder
+    (its first split's progress line): exit 143 (128 + SIGTERM) and ``recs: terminated``, no
+    traceback, and the folder is gone. The signal killed the process outright, so the folder,
+    a training store and its runs, stayed behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(5)
+    follows = tmp_path / "follows.tsv"
+    follows.write_text("".join(
+        f"{a}\t{b}\n" for a in range(3000) for b in rng.choice(3000, 12, replace=False) if a != b
+    ))  # fmt: skip
+    scratch = tmp_path / "scratch"  # the throwaway folder's parent (TMPDIR)
+    scratch.mkdir()
+    env = {**os.environ, "RECS_HOME": str(tmp_path / "home"), "TMPDIR": str(scratch)}
+    env.pop("RECS_STORE_URL", None)
+    command = [sys.executable, "-m", "recs.cli", "evaluate", "--edges", str(follows),
+               "--variants", "shipped", "--baselines", "global_popularity",
+               "--out", str(tmp_path / "out")]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        seen = []
+        while not any("split 1/" in line for line in seen):
+            seen.append(process.stderr.readline())
+            assert seen[-1], "".join(seen)  # it ended before its first split
+        made = [p.name for p in scratch.iterdir() if p.name.startswith("recs-evaluate-")]
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert len(made) == 1, made
+    assert process.returncode == 143, rest
+    assert rest.strip().splitlines()[-1] == "recs: terminated"
+    assert "Traceback" not in rest
+    assert not (scratch / made[0]).exists()
 
 
 @pytest.mark.parametrize(
