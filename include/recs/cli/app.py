@@ -28,10 +28,11 @@ shard_app = typer.Typer(help="Work on one shard of a run.", no_args_is_help=True
 app.add_typer(shard_app, name="shard")
 
 
-out = Console(soft_wrap=True)
+out = Console(soft_wrap=True, markup=False)
+"""stdout. No Rich markup anywhere: a path or a value holding ``[red]`` or ``[/]`` is printed as
+it is (a ``[/]`` in a path was a ``MarkupError`` after the command had done its work)."""
 
-
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, markup=False)
 
 
 SnapshotDate = Annotated[
@@ -192,7 +193,7 @@ def emit(document: Any, as_json: bool, render) -> None:
 
 
 def progress(message: str) -> None:
-    err.print(f"[dim]→ {message}[/dim]", highlight=False)
+    err.print(f"→ {message}", style="dim", highlight=False)
 
 
 def print_whole(table: Table) -> None:

@@ -335,7 +335,7 @@ def _import(spec: ImportTable, columns: dict[str, str | None], values: dict[str,
                 f"rejected by reason: {reasons} (rows in {doc['rejects_file']})", highlight=False
             )
         if doc["hint"]:
-            err.print(f"hint: {doc['hint']}", highlight=False, soft_wrap=True)
+            err.print(f"hint: {doc['hint']}", highlight=False)
         shown = {
             key: value
             for key, value in doc.items()

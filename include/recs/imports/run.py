@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ import polars as pl
 
 from recs.config import Settings
 from recs.errors import ImportInputError
-from recs.imports.batches import Source
+from recs.imports.batches import Source, SourceBatch
 from recs.imports.sources import DelimitedFile
 from recs.imports.staging import Staging, staging_folder
 from recs.imports.tables import DEFAULT_TIME, IMPORT_TABLES, REJECT_REASONS, ImportTable
@@ -176,8 +175,8 @@ def _hint(
     if spec.table != "users" or not existing or options.update_existing:
         return None
     return (
-        f"accounts of {source_name} already in the store: {existing:,} (an earlier import, of "
-        "edges for instance, created them with default columns); import it again with "
+        f"accounts of {source_name} already in the store: {existing:,}; if an earlier import "
+        "created them with default columns (one of edges, say), import this file again with "
         "--update-existing to set their columns from it"
     )
 
@@ -223,9 +222,9 @@ def _read(
     checked = (
         (validate(batch, spec, mapping, parse), batch) for batch in source.batches()
     )  # parsed and checked in a helper thread while the previous batch is staged
-    for (accepted, rejects), _batch in prefetched(checked):
+    for (accepted, rejects), batch in prefetched(checked):
         if first and accepted.height + rejects.height:
-            _refuse_a_wrong_column(source, accepted, rejects)
+            _refuse_a_wrong_column(source, batch, spec, mapping, accepted, rejects)
             first = False
         staging.add(accepted, rejects)
         rows += accepted.height + rejects.height
@@ -235,7 +234,14 @@ def _read(
     return rows
 
 
-def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.DataFrame) -> None:
+def _refuse_a_wrong_column(
+    source: Source,
+    batch: SourceBatch,
+    spec: ImportTable,
+    mapping: dict[str, str | None],
+    accepted: pl.DataFrame,
+    rejects: pl.DataFrame,
+) -> None:
     """``ImportInputError`` if no row of the first batch was accepted and most of them were
     refused for one reason that a wrong option explains (the column options, ``--time-format``
     or ``--header`` do not fit the input); a few other bad lines do not hide it."""
@@ -250,24 +256,48 @@ def _refuse_a_wrong_column(source: Source, accepted: pl.DataFrame, rejects: pl.D
     raise ImportInputError(
         f"nothing imported: all {rejects.height:,} rows of the first batch of {source.name} "
         f"were rejected, {count:,} as {reason}{f' (also {others})' if others else ''}, e.g. "
-        f"line {example['line_number']:,}: {example['detail']} ({_advice(reason, example)})"
+        f"line {example['line_number']:,}: {example['detail']} "
+        f"({_advice(source, batch, spec, mapping, reason, rejects)})"
     )
 
 
-_WHOLE_DECIMAL = re.compile(r"^(\S+) '\s*[+-]?[0-9]+\.0*\s*' ")
-"""A ``non_integer_id`` detail quoting a text id written as a decimal with a zero fraction
-(``follower_id '1000.0' is not ...``: how pandas writes a float column to CSV)."""
+_WHOLE_DECIMAL = r"^\s*\+?[0-9]+\.0*\s*$"
+"""A text id written as a decimal with a zero fraction (``1000.0``: how pandas writes a float
+column to CSV)."""
 
 
-def _advice(reason: str, example: dict[str, Any]) -> str:
-    """What to check when the first batch was refused for ``reason``, given one of its rejects."""
-    whole = _WHOLE_DECIMAL.match(example["detail"]) if reason == "non_integer_id" else None
-    if whole:
-        return (
-            "the ids are written as decimals, as pandas writes a float column: write them as "
-            f"integers, e.g. df.astype({{'{whole[1]}': 'Int64'}}) before to_csv, or import "
-            "Parquet, whose float ids are read exactly up to 2**53"
-        )
+def _advice(
+    source: Source,
+    batch: SourceBatch,
+    spec: ImportTable,
+    mapping: dict[str, str | None],
+    reason: str,
+    rejects: pl.DataFrame,
+) -> str:
+    """What to check when the first batch was refused, mostly for ``reason``: how to write the
+    ids when every ``non_integer_id`` reject is an id written as a whole decimal (naming each
+    source column holding such ids), else the options that read the input."""
+    if reason == "non_integer_id":
+        quoted = rejects.filter(pl.col("reason") == reason)["detail"].str.extract(r" '(.*)' ")
+        decimal = [
+            name
+            for name in (mapping.get(column) for column in spec.id_columns)
+            if name is not None
+            and batch.frame[name].dtype == pl.String
+            and batch.frame[name].str.contains(_WHOLE_DECIMAL).any()
+        ]
+        if decimal and quoted.str.contains(_WHOLE_DECIMAL).fill_null(False).all():
+            columns = ", ".join(f"{name!r}: 'Int64'" for name in decimal)
+            if isinstance(source, DelimitedFile):
+                return (
+                    "the ids are written as decimals, as pandas writes a float column: write "
+                    f"them as integers, e.g. df.astype({{{columns}}}) before to_csv, or write "
+                    "Parquet, whose float ids are read exactly up to 2**53"
+                )
+            return (
+                f"the ids are text written as decimals: store {', '.join(decimal)} as integers "
+                "(cast them in --query for SQL)"
+            )
     return "check the --<column>-col options, --time-format and --header/--no-header"
 
 

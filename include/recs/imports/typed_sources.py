@@ -122,9 +122,7 @@ def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
         if not len(positions):
             return []
         rows = frame[positions.tolist()]
-        if any("Binary" in str(dtype) or dtype.is_float() for dtype in rows.dtypes):
-            # polars has no JSON of bytes and writes inf and NaN as null: Python's json writes
-            # Infinity and NaN, as JavaScript spells them
+        if any(map(_polars_cannot_write, rows.iter_columns())):
             return [json.dumps(row, default=_jsonable, separators=(",", ":"))
                     for row in rows.iter_rows(named=True)]  # fmt: skip
         return rows.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
@@ -132,9 +130,32 @@ def _json_rows(frame: pl.DataFrame) -> Callable[[np.ndarray], list[str]]:
     return text
 
 
+def _polars_cannot_write(column: pl.Series) -> bool:
+    """Whether polars' JSON would lose ``column``'s values: it has no JSON of bytes, and writes
+    an infinity or NaN as null (also inside a list or struct). Python's ``json`` writes them as
+    JavaScript spells them (``Infinity``, ``NaN``), which Python's ``json`` reads back."""
+    return "Binary" in str(column.dtype) or _non_finite(column)
+
+
+def _non_finite(column: pl.Series) -> bool:
+    kind = column.dtype
+    if kind.is_float():
+        return bool((~column.is_finite()).fill_null(False).any())
+    if isinstance(kind, pl.List):
+        return _non_finite(column.explode())
+    if isinstance(kind, pl.Array):
+        return _non_finite(column.arr.explode())
+    if isinstance(kind, pl.Struct):
+        return any(map(_non_finite, column.struct.unnest().iter_columns()))
+    return False
+
+
 def _jsonable(value: Any) -> Any:
-    """A value ``json`` cannot write, as text: bytes as hex, anything else as ``str``."""
-    return value.hex() if isinstance(value, bytes) else str(value)
+    """A value ``json`` cannot write, as text: bytes as hex, a time in ISO 8601 as polars writes
+    it, anything else as ``str``."""
+    if isinstance(value, bytes):
+        return value.hex()
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 # --- SQL ----------------------------------------------------------------------------------------

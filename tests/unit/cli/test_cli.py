@@ -282,10 +282,12 @@ def test_ingest_says_when_it_created_a_new_live_store(recs, tmp_path):
 
 
 def test_ingest_prints_each_file_path_whole(recs, tmp_path):
-    """(From a newcomer's run.) The table names each file by its path, whole on one line also
-    when the output is not a terminal (it was cut short with "…" at 80 columns)."""
-    folder = tmp_path / ("events-of-the-night-" + "x" * 70)
-    folder.mkdir()
+    """(From a newcomer's run and a review.) The table names each file by its path, whole on one
+    line also when the output is not a terminal (it was cut short with "…" at 80 columns), with
+    its spaces, wide characters and brackets as they are ("[/]" was read as Rich markup: a
+    MarkupError after the events were applied)."""
+    folder = tmp_path / "events of the night [" / ("] 夜夜 [red]" + "x" * 60)  # "[/]" in the path
+    folder.mkdir(parents=True)
     events = folder / "e.jsonl"
     events.write_text(
         '{"event_id": "u1", "event_type": "user_upsert", "event_time": "2026-11-01T00:00:00Z",'

@@ -262,7 +262,7 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
             "integers)",
             '{"followee_id":41.0,"follower_id":9007199254740992.0}',
         ),
-        (  # polars' JSON writes an infinity as null
+        (  # not null, as polars' JSON writes an infinity
             "follower_id '-inf' is not a whole number",
             '{"followee_id":43.0,"follower_id":-Infinity}',
         ),
@@ -347,8 +347,8 @@ def test_users_created_with_defaults_are_updated_only_when_asked(store_url, tmp_
     plain = run_import(settings, tmp_path, "users", users, name="u.csv")
     assert plain["loaded"] == 1 and plain["rejected_by_reason"] == {"already_in_store": 1}
     assert plain["hint"] == (
-        f"accounts of {tmp_path / 'u.csv'} already in the store: 1 (an earlier import, of edges "
-        "for instance, created them with default columns); import it again with "
+        f"accounts of {tmp_path / 'u.csv'} already in the store: 1; if an earlier import "
+        "created them with default columns (one of edges, say), import this file again with "
         "--update-existing to set their columns from it"
     )
     updated = run_import(settings, tmp_path, "users", users, name="u.csv", update_existing=True)
@@ -477,16 +477,27 @@ def test_a_column_that_does_not_parse_at_all_stops_the_import(store_url, tmp_pat
 
 def test_ids_pandas_wrote_as_decimals_are_refused_with_the_fix(store_url, tmp_path):
     """pandas writes a float id column (one with a NaN) as 1000.0: the import stops and says
-    how to write the ids instead; a fractional id gets the generic advice."""
+    how to write the ids instead, naming each source column that holds such ids (a review: the
+    store's name was given, and only the first column's); a fractional id among them gets the
+    generic advice, and so does a file of fractions."""
     settings = settings_for(store_url, tmp_path)
-    whole = "follower_id,followee_id\n1000.0,2.0\n3.0,4.0\n"
+    whole = "src,dst\n1000.0,2.0\n3.0,4\n"
     with pytest.raises(ImportInputError, match=re.escape(
         "2 as non_integer_id, e.g. line 2: follower_id '1000.0' is not a whole number (the ids "
         "are written as decimals, as pandas writes a float column: write them as integers, "
-        "e.g. df.astype({'follower_id': 'Int64'}) before to_csv, or import Parquet")):
-        run_import(settings, tmp_path, "edges", whole)
-    with pytest.raises(ImportInputError, match=r"'1\.5' is not a whole number \(check the --"):
-        run_import(settings, tmp_path, "edges", "follower_id,followee_id\n1.5,2\n2.5,3\n")
+        "e.g. df.astype({'src': 'Int64', 'dst': 'Int64'}) before to_csv, or write Parquet")):
+        run_import(settings, tmp_path, "edges", whole,
+                   columns={"follower_id": "src", "followee_id": "dst"})  # fmt: skip
+    generic = r"is not a whole number \(check the --<column>-col options"
+    for text in ("follower_id,followee_id\n1.0,2\n1.5,3\n2.5,4\n", "1.5,2\n2.5,3\n"):
+        with pytest.raises(ImportInputError, match=generic):
+            run_import(settings, tmp_path, "edges", text)
+    text_ids = tmp_path / "text-ids.parquet"  # text in a typed source: no pandas advice
+    pl.DataFrame({"follower_id": ["7.0"], "followee_id": ["2"]}).write_parquet(text_ids)
+    source = open_source(str(text_ids), batch_rows=settings.import_batch_rows)
+    with pytest.raises(ImportInputError, match=re.escape(
+        "(the ids are text written as decimals: store follower_id as integers")):
+        import_table("edges", source, {}, settings, ImportOptions(parse=parse_options(settings)))
 
 
 def test_a_wrong_time_format_is_not_hidden_by_a_few_other_bad_lines(store_url, tmp_path):
@@ -672,6 +683,16 @@ def test_postgresql_numeric_ids_are_read_exactly(postgres_url, tmp_path):
     # (the same review's) an oid came as int32: 3,000,000,000 wrapped and was refused
     assert imported("edges", "SELECT 3000000000::oid AS src, 8::oid AS dst", edges)["loaded"] == 1
     assert (3_000_000_000, 8) in [row[:2] for row in table(settings, "follow_edges")]
+    # (a third review's) an infinity or NaN inside a list was null; a time in the line is
+    # written as polars writes it whichever JSON writer the row needs
+    query = (
+        "SELECT 'x' AS src, 3 AS dst, '2020-01-01+00'::timestamptz AS at, "
+        "ARRAY['Infinity'::float8, 'NaN'] AS arr UNION ALL SELECT '4', 5, NULL, NULL"
+    )
+    summary = imported("edges", query, edges)
+    assert pl.read_csv(summary["rejects_file"])["line"].to_list() == [
+        '{"src":"x","dst":3,"at":"2020-01-01T00:00:00+00:00","arr":[Infinity,NaN]}'
+    ]
     query = (
         "SELECT 30 AS user_id, '\\xff'::bytea AS is_private, "
         "ARRAY['\\xff'::bytea] AS extra UNION ALL SELECT 31, 'true'::bytea, NULL"
