@@ -115,6 +115,7 @@ BAD_ID = (
     "expected a non-negative integer below 2**63 in plain decimal (no sign, spaces or "
     "leading zeros)"
 )
+BAD_BODY_ID = "expected a JSON integer from 0 to 2**63 - 1, not a string, fraction or boolean"
 BAD_LIMIT = "expected an integer between 1 and 100"
 BAD_BODY = 'invalid request body: expected JSON like {"candidate_id": 123}'
 
@@ -154,9 +155,9 @@ def test_bad_requests_are_4xx_with_a_message(client, path, status, detail):
         (b"[21]", 400, BAD_BODY),
         (b"[" * 5000 + b"]" * 5000, 400, BAD_BODY),  # nested past the recursion limit: not a 500
         (b'{"candidate": 21}', 400, BAD_BODY),
-        (b'{"candidate_id": "21"}', 400, f'invalid candidate id "21": {BAD_ID}'),
-        (b'{"candidate_id": true}', 400, f"invalid candidate id true: {BAD_ID}"),
-        (b'{"candidate_id": -4}', 400, f"invalid candidate id -4: {BAD_ID}"),
+        (b'{"candidate_id": "21"}', 400, f'invalid candidate id "21": {BAD_BODY_ID}'),
+        (b'{"candidate_id": true}', 400, f"invalid candidate id true: {BAD_BODY_ID}"),
+        (b'{"candidate_id": -4}', 400, f"invalid candidate id -4: {BAD_BODY_ID}"),
         (b'{"candidate_id": 1}', 400, "user 1 cannot dismiss itself"),
         (b'{"candidate_id": 777}', 404, "unknown candidate 777: not in the live store"),
     ],

@@ -41,7 +41,7 @@ from typing import Any
 import polars as pl
 
 from recs.config import Settings
-from recs.errors import SnapshotNotRetainedError
+from recs.errors import CorruptFileError, SnapshotNotRetainedError
 from recs.files import link_or_copy, staging_name, write_json
 from recs.nightly import follow_pairs, in_degrees, point_in_time, retained
 from recs.nightly.locks import run_lock
@@ -119,6 +119,7 @@ def freeze_snapshot(
             with retained.reading(frozen) as whole:
                 if whole:
                     document = retained.manifest(frozen)
+                    _refuse_damaged(frozen, document)
                     plan = plan_for(
                         retained.eligible_users(
                             frozen, paths.as_of, settings.eligibility_window_days
@@ -189,6 +190,33 @@ def freeze_snapshot(
         "standby": standby,
         "seconds": round(seconds, 3),
     }
+
+
+def _refuse_damaged(frozen: Path, document: dict[str, Any]) -> None:
+    """``CorruptFileError`` naming the first file of the retained snapshot ``frozen`` whose
+    Parquet footer cannot be read or whose row count is not its manifest's, with the remedy.
+    The run's copies are hard links to these files: a run's file cut short or overwritten in
+    place damages the date's snapshot, and every later run of the date read it (dbt failed on
+    it with a data test's name). Footers only: a few KB per file, whatever the graph."""
+    import pyarrow.parquet as pq
+
+    entries = [document["tables"][name] for name in TABLE_FILES]
+    entries += document["follow_edges_shards"]
+    if document.get("in_degrees") is not None:  # None: retained by an earlier version
+        entries.append(document["in_degrees"])
+    for entry in entries:
+        path = frozen / entry["path"]
+        try:
+            rows = pq.read_metadata(path).num_rows
+            problem = None if rows == entry["rows"] else f"{rows:,} rows, not {entry['rows']:,}"
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            problem = " ".join(str(error).split())[:200] or type(error).__name__
+        if problem:
+            raise CorruptFileError(
+                f"the retained snapshot's {path} is damaged ({problem}): make the date's snapshot "
+                "again from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot "
+                "param)"
+            )
 
 
 def _materialize(

@@ -262,7 +262,8 @@ def validate_run(paths: RunPaths, settings: Settings) -> dict[str, Any]:
         results_path = report.save("failed", None, failed=failed)
         raise ValidationFailedError(
             f"validation failed for run {paths.run_id}: {len(failed)} of {evaluated} "
-            f"expectations failed: {', '.join(failed)}{_change_text(report, settings, failed)} "
+            f"expectations failed: {_failed_text(checks, paths)}"
+            f"{_change_text(report, settings, failed)} "
             f"(details: {results_path}; Data Docs: {docs})"
         )
     results_path = report.save("passed", None)
@@ -484,6 +485,32 @@ def run_batch(
                 max_value=settings.gate_max_growth,
             )
     return run
+
+
+_DAMAGED_SHARD_CHECKS = (
+    "shard_output_readable", "shard_manifest_readable", "shard_schema_matches_contract"
+)
+"""Shard checks a damaged or foreign file fails: a rerun of the shard writes it again."""
+
+
+def _failed_text(checks: list[dict[str, Any]], paths: RunPaths) -> str:
+    """The failed checks, each with the shards it failed in (``shards_failed``), and for a
+    damaged shard file the command that writes it again (a newcomer had to find it)."""
+    failed = [e for e in checks if not e["success"] and not e.get("errored")]
+    named = ", ".join(
+        e["name"] + (f" (shards {', '.join(f'{s:03d}' for s in e['shards_failed'])})"
+                     if e.get("shards_failed") else "")
+        for e in failed
+    )  # fmt: skip
+    damaged = sorted({s for e in failed if e["name"] in _DAMAGED_SHARD_CHECKS
+                      for s in e.get("shards_failed") or []})  # fmt: skip
+    if not damaged:
+        return named
+    return (
+        f"{named}; write a damaged shard again with `recs shard run --snapshot-date "
+        f"{paths.snapshot_date.isoformat()} --run-id {paths.run_id} --shard {damaged[0]}`"
+        f"{' (and each other shard named)' if damaged[1:] else ''}, then validate again"
+    )
 
 
 def merge_shard_checkpoints(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -73,7 +73,6 @@ from recs.contracts import MAX_USER_ID
 from recs.errors import InvalidRequestError, RecsError, StoreUnavailableError, quoted
 from recs.serving import read_path
 from recs.serving.auth import (
-    ID_RULE,
     VerifiedTokens,
     check_read,
     check_service,
@@ -559,7 +558,8 @@ def _candidate_from_body(body: bytes) -> int:
     value = document["candidate_id"]
     if type(value) is not int or not 0 <= value <= MAX_USER_ID:
         raise InvalidRequestError(
-            f"invalid candidate id {quoted(value, render=_as_sent)}: {ID_RULE}"
+            f"invalid candidate id {quoted(value, render=_as_sent)}: expected a JSON integer "
+            "from 0 to 2**63 - 1, not a string, fraction or boolean"
         )
     return value
 

@@ -26,7 +26,7 @@ import pytest
 
 from recs.config import Settings
 from recs.contracts import SNAPSHOT_SCHEMAS, check_schema
-from recs.errors import LiveStoreError
+from recs.errors import CorruptFileError, LiveStoreError
 from recs.files import read_json
 from recs.nightly import follow_pairs, in_degrees, point_in_time, retained
 from recs.nightly.runs import RunPaths
@@ -689,13 +689,14 @@ def as_an_earlier_version_froze_it(settings: Settings, *, repeat: bool) -> Path:
     target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
     document = read_json(target / retained.MANIFEST)
     del document["follow_edges_pairs"]
-    (target / retained.MANIFEST).write_text(json.dumps(document))
     if repeat:
         path = target / retained.shard_path(0)
         part = pl.read_parquet(path)
         part = pl.concat([part, part.head(1)]).sort(follow_pairs.KEYS)
         path.unlink()  # hard-linked into the first run's snapshot: a new file, not a rewrite
         part.write_parquet(path)
+        document["follow_edges_shards"][0]["rows"] = part.height  # as that version counted it
+    (target / retained.MANIFEST).write_text(json.dumps(document))
     return target
 
 
@@ -717,6 +718,45 @@ def test_a_retained_snapshot_that_repeats_a_pair_is_refused_with_the_rebuild_rem
     as_an_earlier_version_froze_it(sqlite_settings, repeat=False)
     freeze_snapshot(paths, settings)
     assert read_edges(paths).height == len(FOLLOWS) + len(PENDING)
+
+
+@pytest.mark.parametrize(
+    "relative", ["users.parquet", retained.shard_path(0), in_degrees.FILE, "swapped"]
+)
+def test_a_damaged_retained_snapshot_is_refused_naming_the_file_and_the_rebuild(
+    sqlite_settings, relative
+):
+    """(From a newcomer's run.) The run's snapshot files are hard links to the date's retained
+    ones: one cut in half in the run's folder damages the date, and the next run of it failed in
+    dbt with a data test's name. Now that run stops at the freeze naming the retained file and
+    --rebuild-snapshot, which makes it again. "swapped": shard 0 replaced by a readable file of
+    one row fewer."""
+    settings = sqlite_settings
+    first = RunPaths.create(settings.home, SNAPSHOT_DATE, "first")
+    freeze_snapshot(first, settings)
+    target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
+    if relative == "swapped":
+        relative = retained.shard_path(0)
+        shorter = pl.read_parquet(target / relative).head(-1)
+        (target / relative).unlink()
+        shorter.write_parquet(target / relative)
+        problem = f"{shorter.height:,} rows, not {shorter.height + 1:,}"
+    else:
+        size = (first.snapshot_dir / relative).stat().st_size
+        os.truncate(first.snapshot_dir / relative, size // 2)  # in place: the link's inode
+        problem = "Parquet magic bytes not found"
+    second = RunPaths.create(settings.home, SNAPSHOT_DATE, "second")
+    with pytest.raises(CorruptFileError) as refused:
+        freeze_snapshot(second, settings)
+    assert str(refused.value).startswith(
+        f"the retained snapshot's {target / relative} is damaged ("
+    ) and str(refused.value).endswith("): make the date's snapshot again from the live store "
+                                      "with --rebuild-snapshot (the DAG's rebuild_snapshot param)")
+    assert problem in str(refused.value)
+    assert freeze_snapshot(second, settings, rebuild=True)["source"] == "rebuilt"
+    third = RunPaths.create(settings.home, SNAPSHOT_DATE, "third")
+    assert freeze_snapshot(third, settings)["source"] == "retained"
+    assert read_edges(third).height == len(FOLLOWS) + len(PENDING)
 
 
 IN_DEGREES = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (6, 1)]

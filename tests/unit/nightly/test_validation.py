@@ -514,6 +514,28 @@ def test_poisoned_run_fails_the_named_expectation(good_run, poisoning):
     assert failed == expected
 
 
+def test_a_failed_shard_check_names_its_shards_and_a_damaged_file_the_rerun(good_run):
+    """(From a newcomer's run.) "shard_output_readable" alone named neither the shard nor how
+    to write it again; a rule's failure names its shards and offers no rerun (it would write
+    the same rows)."""
+    paths, settings = good_run
+    _poison_unreadable(paths)
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(paths, settings)
+    assert (
+        "expectations failed: shard_output_readable (shards 001); write a damaged shard again "
+        f"with `recs shard run --snapshot-date {paths.snapshot_date.isoformat()} --run-id "
+        f"{paths.run_id} --shard 1`, then validate again"
+    ) in str(raised.value)
+    other, other_settings = write_good_run(paths.home.parent / "other")
+    rewrite_shard(other, 2, lambda f: f.reverse())
+    with pytest.raises(ValidationFailedError) as raised:
+        validate_run(other, other_settings)
+    assert "expectations failed: shard_sorted_by_user_rank (shards 002) (details" in str(
+        raised.value
+    )
+
+
 def test_a_failing_batch_whose_examples_cannot_be_computed_keeps_its_verdict(
     good_run, monkeypatch
 ):
