@@ -31,7 +31,13 @@ class RunNotFoundError(RecsError):
 class CorruptFileError(RunNotFoundError):
     """A state file exists but is not what it must be: truncated, not JSON, or not a JSON object
     (an interrupted writer that did not write atomically, a disk fault, an edit by hand). A
-    ``RunNotFoundError``, so whatever skips a missing run or version skips a damaged one too."""
+    ``RunNotFoundError``, so whatever skips a missing run or version skips a damaged one too.
+    ``path``: the file, where the raiser names one (``recs.nightly.runs.naming_the_stage``
+    adds the stage that writes it)."""
+
+    def __init__(self, message: str, path: object = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ShardOutOfRangeError(RecsError):

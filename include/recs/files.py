@@ -231,5 +231,5 @@ def read_parquet(path: Path, columns: list[str] | None = None):
     except (pl.exceptions.PolarsError, OSError) as error:
         reason = " ".join(str(error).split())[:200] or type(error).__name__
         raise CorruptFileError(
-            f"{path} is unreadable as Parquet ({reason}): rerun the stage that wrote it"
+            f"{path} is unreadable as Parquet ({reason}): rerun the stage that wrote it", path
         ) from None

@@ -253,8 +253,9 @@ def test_a_damaged_export_or_graph_file_fails_a_shard_rerun_with_one_line(demo):
     rerun writes the shard again."""
     run_dir = demo["run_dir"]
     export = sorted((run_dir / "exports" / "follow_exclusions").glob("shard_id=3/*.parquet"))[0]
-    damaged = [
-        (export, f"{export} is unreadable as Parquet"),
+    damaged = [  # the export's stage named, and the command that runs it again (a newcomer's)
+        (export, f"{export} is unreadable as Parquet ("),
+        (export, f"written by build_models; `recs run --snapshot-date {DATE} --run-id "),
         (run_dir / "graph" / "indices.npy", "indices.npy is unreadable"),
     ]
     output = run_dir / "shards" / "shard_id=003" / "recommendations.parquet"

@@ -42,7 +42,7 @@ from recs.nightly import point_in_time, shard_plan
 from recs.nightly.artifacts import synced
 from recs.nightly.locks import run_lock, shard_lock
 from recs.nightly.reporting import stopped_at
-from recs.nightly.runs import RunPaths, check_shard
+from recs.nightly.runs import RunPaths, check_shard, naming_the_stage
 from recs.nightly.withdrawal import withdraw_results, withdraw_shards
 from recs.times import wall_clock
 
@@ -132,7 +132,7 @@ def build_graph(paths: RunPaths) -> dict[str, Any]:
     (``recs run``): the plan, every partition's piece and the assembly below, in turn."""
     from recs.traversal.graph import build_graph as _build
 
-    with run_lock(paths), synced(paths, "build_graph"):
+    with naming_the_stage(paths), run_lock(paths), synced(paths, "build_graph"):
         return _build(paths, run_settings(paths))
 
 
@@ -163,7 +163,7 @@ def cap_graph(paths: RunPaths, shard_ids: list[int]) -> list[dict[str, Any]]:
         settings = run_settings(paths)
     for shard_id in shard_ids:
         check_shard(shard_id, settings.shard_count)
-    with ExitStack() as held:
+    with naming_the_stage(paths), ExitStack() as held:
         for shard_id in shard_ids:  # locks in the group's order, as every task takes them
             held.enter_context(graph_piece_lock(paths, shard_id))
             held.enter_context(synced(paths, "cap_graph", shard_id))
@@ -176,7 +176,7 @@ def assemble_graph(paths: RunPaths) -> dict[str, Any]:
     or stale)."""
     from recs.traversal.graph import assemble_graph as _assemble
 
-    with run_lock(paths), synced(paths, "assemble_graph"):
+    with naming_the_stage(paths), run_lock(paths), synced(paths, "assemble_graph"):
         return _assemble(paths, run_settings(paths))
 
 
@@ -206,7 +206,11 @@ def traverse_shard(paths: RunPaths, shard_id: int) -> dict[str, Any]:
         check_shard(shard_id, run_settings(paths).shard_count)  # refused: no lock file left
     # The lock first: an attempt it refuses must not touch the run store (a synced stage
     # withdraws the marker of what it writes as it starts).
-    with shard_lock(paths, shard_id), synced(paths, "traverse_shard", shard_id) as sync:
+    with (
+        naming_the_stage(paths),
+        shard_lock(paths, shard_id),
+        synced(paths, "traverse_shard", shard_id) as sync,
+    ):
         settings = run_settings(paths)
         check_shard(shard_id, settings.shard_count)
         paths.shard_manifest(shard_id).unlink(missing_ok=True)

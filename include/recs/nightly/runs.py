@@ -44,16 +44,28 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from recs.errors import (
+    CorruptFileError,
     InvalidDateError,
     InvalidRunIdError,
     RunNotFoundError,
     ShardOutOfRangeError,
 )
 from recs.times import wall_clock
+
+WRITTEN_BY = {
+    "snapshot": "freeze_snapshot",
+    "exports": "build_models",
+    "graph_pieces": "cap_graph",
+    "graph": "build_graph",
+    "shards": "traverse_shard",
+}
+"""The stage that writes each folder of a run (the layout above)."""
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a run id may be (``fullmatch``), and it must not contain ``..``: one path segment,
@@ -308,3 +320,35 @@ def _remedy(home: Path, day: dt.date) -> str:
         "(the DAG's rebuild_snapshot param) if the live store has moved past it (README, "
         "'Backfills and reruns')"
     )
+
+
+@contextmanager
+def naming_the_stage(paths: RunPaths) -> Iterator[None]:
+    """Re-raise a ``CorruptFileError`` about a file of ``paths``' run with the stage that writes
+    it and the command that runs that stage again (``WRITTEN_BY``): "rerun the stage that
+    wrote it" alone left a newcomer to find both. Other errors pass unchanged."""
+    try:
+        yield
+    except CorruptFileError as damaged:
+        try:
+            parts = Path(damaged.path).relative_to(paths.run_dir).parts
+        except (TypeError, ValueError):  # no path, or not one of this run's files
+            raise damaged from None
+        stage = WRITTEN_BY.get(parts[0]) if len(parts) > 1 else None
+        if stage is None:
+            raise
+        where = str(damaged).removesuffix(": rerun the stage that wrote it")
+        day = paths.snapshot_date.isoformat()
+        shard = parts[1].removeprefix("shard_id=")
+        if stage == "traverse_shard" and shard.isdigit():
+            remedy = (f"`recs shard run --snapshot-date {day} --run-id {paths.run_id} --shard "
+                      f"{int(shard)}` writes it again")  # fmt: skip
+        elif stage == "freeze_snapshot":  # the date's retained files are the same (hard links)
+            remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id} "
+                      "--rebuild-snapshot` makes the snapshot again from the live store (the "
+                      "DAG's rebuild_snapshot param)")  # fmt: skip
+        else:
+            remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id}` runs the night "
+                      "again from its retained snapshot (in Airflow: clear that task and the "
+                      "ones after it)")  # fmt: skip
+        raise CorruptFileError(f"{where}: written by {stage}; {remedy}", damaged.path) from None

@@ -128,3 +128,51 @@ def test_a_past_date_without_a_run_names_the_rebuild_unless_its_snapshot_is_reta
     assert str(raised.value).endswith(
         "`recs run --snapshot-date 2026-10-01` first (it reuses the date's retained snapshot)"
     )
+
+
+@pytest.mark.parametrize(
+    ("relative", "says"),
+    [
+        (
+            "exports/follow_exclusions/shard_id=1/data_0.parquet",
+            "written by build_models; `recs run --snapshot-date 2026-11-01 --run-id r` runs the "
+            "night again from its retained snapshot (in Airflow: clear that task and the ones "
+            "after it)",
+        ),
+        (
+            "shards/shard_id=002/recommendations.parquet",
+            "written by traverse_shard; `recs shard run --snapshot-date 2026-11-01 --run-id r "
+            "--shard 2` writes it again",
+        ),
+        (
+            "snapshot/users.parquet",
+            "written by freeze_snapshot; `recs run --snapshot-date 2026-11-01 --run-id r "
+            "--rebuild-snapshot` makes the snapshot again from the live store (the DAG's "
+            "rebuild_snapshot param)",
+        ),
+    ],
+)
+def test_a_damaged_run_file_names_the_stage_that_writes_it_and_the_command(
+    tmp_path, relative, says
+):
+    """(From a newcomer's run.) "rerun the stage that wrote it" named neither the stage nor a
+    command; a file outside the run, or an error without a path, passes unchanged."""
+    from recs.errors import CorruptFileError
+    from recs.files import read_parquet
+    from recs.nightly.runs import naming_the_stage
+
+    paths = RunPaths.create(tmp_path, "2026-11-01", "r")
+    damaged = paths.run_dir / relative
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"PAR1 cut")
+    with pytest.raises(CorruptFileError) as raised, naming_the_stage(paths):
+        read_parquet(damaged)
+    assert str(raised.value).startswith(f"{damaged} is unreadable as Parquet (")
+    assert str(raised.value).endswith(f"): {says}"), str(raised.value)
+    outside = tmp_path / "elsewhere.parquet"
+    outside.write_bytes(b"PAR1 cut")
+    for error in (lambda: read_parquet(outside), lambda: (_ for _ in ()).throw(
+        CorruptFileError("a message without a path"))):  # fmt: skip
+        with pytest.raises(CorruptFileError) as raised, naming_the_stage(paths):
+            error()
+        assert "written by" not in str(raised.value)
