@@ -497,11 +497,7 @@ def _failed_text(checks: list[dict[str, Any]], paths: RunPaths) -> str:
     """The failed checks, each with the shards it failed in (``shards_failed``), and for a
     damaged shard file the command that writes it again (a newcomer had to find it)."""
     failed = [e for e in checks if not e["success"] and not e.get("errored")]
-    named = ", ".join(
-        e["name"] + (f" (shards {', '.join(f'{s:03d}' for s in e['shards_failed'])})"
-                     if e.get("shards_failed") else "")
-        for e in failed
-    )  # fmt: skip
+    named = ", ".join(e["name"] + _shards_text(e.get("shards_failed") or []) for e in failed)
     damaged = sorted({s for e in failed if e["name"] in _DAMAGED_SHARD_CHECKS
                       for s in e.get("shards_failed") or []})  # fmt: skip
     if not damaged:
@@ -511,6 +507,12 @@ def _failed_text(checks: list[dict[str, Any]], paths: RunPaths) -> str:
         f"{paths.snapshot_date.isoformat()} --run-id {paths.run_id} --shard {damaged[0]}`"
         f"{' (and each other shard named)' if damaged[1:] else ''}, then validate again"
     )
+
+
+def _shards_text(shard_ids: list[int]) -> str:
+    if not shard_ids:
+        return ""
+    return f" (shard{'s' if shard_ids[1:] else ''} {', '.join(f'{s:03d}' for s in shard_ids)})"
 
 
 def merge_shard_checkpoints(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

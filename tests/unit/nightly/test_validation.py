@@ -523,7 +523,7 @@ def test_a_failed_shard_check_names_its_shards_and_a_damaged_file_the_rerun(good
     with pytest.raises(ValidationFailedError) as raised:
         validate_run(paths, settings)
     assert (
-        "expectations failed: shard_output_readable (shards 001); write a damaged shard again "
+        "expectations failed: shard_output_readable (shard 001); write a damaged shard again "
         f"with `recs shard run --snapshot-date {paths.snapshot_date.isoformat()} --run-id "
         f"{paths.run_id} --shard 1`, then validate again"
     ) in str(raised.value)
@@ -531,7 +531,7 @@ def test_a_failed_shard_check_names_its_shards_and_a_damaged_file_the_rerun(good
     rewrite_shard(other, 2, lambda f: f.reverse())
     with pytest.raises(ValidationFailedError) as raised:
         validate_run(other, other_settings)
-    assert "expectations failed: shard_sorted_by_user_rank (shards 002) (details" in str(
+    assert "expectations failed: shard_sorted_by_user_rank (shard 002) (details" in str(
         raised.value
     )
 
@@ -633,3 +633,21 @@ def test_a_known_error_in_the_gate_is_raised_whole_and_a_defect_cut(tmp_path, mo
         with pytest.raises(ValidationEngineError) as error:
             validate_run(paths, settings)
         assert f": {type(raised).__name__}: {shown} (details: " in str(error.value)
+
+
+def test_the_failed_checks_text_names_several_shards_and_the_first_to_rerun(tmp_path):
+    """Two damaged shards: both named, the rerun command given for the first; a run-wide
+    check's failure names no shard."""
+    from recs.nightly.validation import _failed_text
+
+    paths = RunPaths.create(tmp_path, SNAPSHOT_DATE, RUN_ID)
+    checks = [
+        {"name": "shard_output_readable", "success": False, "shards_failed": [3, 12]},
+        {"name": "rows_at_least_one", "success": False},
+        {"name": "score_within_bounds", "success": True, "shards_failed": []},
+    ]
+    assert _failed_text(checks, paths) == (
+        "shard_output_readable (shards 003, 012), rows_at_least_one; write a damaged shard again "
+        f"with `recs shard run --snapshot-date {SNAPSHOT_DATE.isoformat()} --run-id {RUN_ID} "
+        "--shard 3` (and each other shard named), then validate again"
+    )
