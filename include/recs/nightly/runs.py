@@ -343,10 +343,10 @@ def naming_the_stage(paths: RunPaths) -> Iterator[None]:
         if stage == "traverse_shard" and shard.isdigit():
             remedy = (f"`recs shard run --snapshot-date {day} --run-id {paths.run_id} --shard "
                       f"{int(shard)}` writes it again")  # fmt: skip
-        elif stage == "freeze_snapshot":  # the date's retained files are the same (hard links)
-            remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id} "
-                      "--rebuild-snapshot` makes the snapshot again from the live store (the "
-                      "DAG's rebuild_snapshot param)")  # fmt: skip
+        elif stage == "freeze_snapshot":
+            remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id}` makes the "
+                      "run's snapshot again from the date's retained one, which it checks first "
+                      "(its files are often the same: hard links)")  # fmt: skip
         else:
             remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id}` runs the night "
                       "again from its retained snapshot (in Airflow: clear that task and the "

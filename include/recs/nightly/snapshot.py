@@ -213,9 +213,10 @@ def _refuse_damaged(frozen: Path, document: dict[str, Any]) -> None:
             problem = " ".join(str(error).split())[:200] or type(error).__name__
         if problem:
             raise CorruptFileError(
-                f"the retained snapshot's {path} is damaged ({problem}): make the date's snapshot "
-                "again from the live store with --rebuild-snapshot (the DAG's rebuild_snapshot "
-                "param)"
+                f"the retained snapshot's {path} is damaged ({problem}): with a run store that "
+                f"holds the date, remove {frozen} and run again (the store's copy is "
+                "downloaded); without one, make it again from the live store with "
+                "--rebuild-snapshot (the DAG's rebuild_snapshot param)"
             )
 
 

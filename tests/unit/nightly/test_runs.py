@@ -146,9 +146,9 @@ def test_a_past_date_without_a_run_names_the_rebuild_unless_its_snapshot_is_reta
         ),
         (
             "snapshot/users.parquet",
-            "written by freeze_snapshot; `recs run --snapshot-date 2026-11-01 --run-id r "
-            "--rebuild-snapshot` makes the snapshot again from the live store (the DAG's "
-            "rebuild_snapshot param)",
+            "written by freeze_snapshot; `recs run --snapshot-date 2026-11-01 --run-id r` makes "
+            "the run's snapshot again from the date's retained one, which it checks first (its "
+            "files are often the same: hard links)",
         ),
     ],
 )

@@ -750,8 +750,11 @@ def test_a_damaged_retained_snapshot_is_refused_naming_the_file_and_the_rebuild(
         freeze_snapshot(second, settings)
     assert str(refused.value).startswith(
         f"the retained snapshot's {target / relative} is damaged ("
-    ) and str(refused.value).endswith("): make the date's snapshot again from the live store "
-                                      "with --rebuild-snapshot (the DAG's rebuild_snapshot param)")
+    ) and str(refused.value).endswith(
+        f"): with a run store that holds the date, remove {target} and run again (the store's "
+        "copy is downloaded); without one, make it again from the live store with "
+        "--rebuild-snapshot (the DAG's rebuild_snapshot param)"
+    )
     assert problem in str(refused.value)
     assert freeze_snapshot(second, settings, rebuild=True)["source"] == "rebuilt"
     third = RunPaths.create(settings.home, SNAPSHOT_DATE, "third")
