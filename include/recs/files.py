@@ -217,6 +217,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+RERUN_STAGE = "rerun the stage that wrote it"
+"""The remedy ``read_parquet`` gives; ``recs.nightly.runs.naming_the_stage`` names the stage."""
+
+
 def read_parquet(path: Path, columns: list[str] | None = None):
     """``polars.read_parquet(path, columns=columns)``; a file Polars cannot read (cut short,
     overwritten, a column missing) raises ``CorruptFileError`` with the path and Polars' first
@@ -231,5 +235,5 @@ def read_parquet(path: Path, columns: list[str] | None = None):
     except (pl.exceptions.PolarsError, OSError) as error:
         reason = " ".join(str(error).split())[:200] or type(error).__name__
         raise CorruptFileError(
-            f"{path} is unreadable as Parquet ({reason}): rerun the stage that wrote it", path
+            f"{path} is unreadable as Parquet ({reason}): {RERUN_STAGE}", path
         ) from None

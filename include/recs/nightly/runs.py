@@ -56,6 +56,7 @@ from recs.errors import (
     RunNotFoundError,
     ShardOutOfRangeError,
 )
+from recs.files import RERUN_STAGE
 from recs.times import wall_clock
 
 WRITTEN_BY = {
@@ -322,6 +323,12 @@ def _remedy(home: Path, day: dt.date) -> str:
     )
 
 
+def shard_rerun_command(paths: RunPaths, shard_id: int) -> str:
+    """The command, in backquotes, that computes shard ``shard_id`` of ``paths``' run again."""
+    return (f"`recs shard run --snapshot-date {paths.snapshot_date.isoformat()} --run-id "
+            f"{paths.run_id} --shard {shard_id}`")  # fmt: skip
+
+
 @contextmanager
 def naming_the_stage(paths: RunPaths) -> Iterator[None]:
     """Re-raise a ``CorruptFileError`` about a file of ``paths``' run with the stage that writes
@@ -337,12 +344,11 @@ def naming_the_stage(paths: RunPaths) -> Iterator[None]:
         stage = WRITTEN_BY.get(parts[0]) if len(parts) > 1 else None
         if stage is None:
             raise
-        where = str(damaged).removesuffix(": rerun the stage that wrote it")
+        where = str(damaged).removesuffix(f": {RERUN_STAGE}")
         day = paths.snapshot_date.isoformat()
         shard = parts[1].removeprefix("shard_id=")
         if stage == "traverse_shard" and shard.isdigit():
-            remedy = (f"`recs shard run --snapshot-date {day} --run-id {paths.run_id} --shard "
-                      f"{int(shard)}` writes it again")  # fmt: skip
+            remedy = f"{shard_rerun_command(paths, int(shard))} writes it again"
         elif stage == "freeze_snapshot":
             remedy = (f"`recs run --snapshot-date {day} --run-id {paths.run_id}` makes the "
                       "run's snapshot again from the date's retained one, which it checks first "

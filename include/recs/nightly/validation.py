@@ -50,7 +50,7 @@ from recs.files import sha256_file, write_json
 from recs.nightly.baseline import ReplacedVersion, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
-from recs.nightly.runs import RunPaths
+from recs.nightly.runs import RunPaths, shard_rerun_command
 from recs.nightly.shard_gate import SHARD_BATCHES, saved_result, validate_shard_result
 from recs.published import current_version, manifest_digest
 from recs.sharding import partition_files
@@ -503,8 +503,7 @@ def _failed_text(checks: list[dict[str, Any]], paths: RunPaths) -> str:
     if not damaged:
         return named
     return (
-        f"{named}; write a damaged shard again with `recs shard run --snapshot-date "
-        f"{paths.snapshot_date.isoformat()} --run-id {paths.run_id} --shard {damaged[0]}`"
+        f"{named}; write a damaged shard again with {shard_rerun_command(paths, damaged[0])}"
         f"{' (and each other shard named)' if damaged[1:] else ''}, then validate again"
     )
 
