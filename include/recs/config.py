@@ -549,6 +549,25 @@ class Settings(BaseSettings):
         return self.mutual_weight + self.activity_weight + self.popularity_weight
 
 
+HOW_NOT_WHAT = frozenset({
+    "home", "datasets_dir", "duckdb_memory_limit", "graph_partitions_per_task",
+    "gate_shards_per_task", "shard_users_target", "shard_count_min", "shard_count_max",
+    "snapshot_max_lag_hours",
+})  # fmt: skip
+"""Frozen settings that say where a run lives, how its tasks are cut or what the freeze may
+read, not what the stages after it compute or gate: never named by
+``pipeline.settings_not_taken``, left out of a published version's manifest."""
+
+
+def what_a_run_computes(settings: Settings) -> dict[str, Any]:
+    """The settings a run's stages after the freeze compute and gate with, as JSON values
+    (``{"ranking": "adamic_adar", "top_k": 20, ...}``): every field a snapshot manifest freezes
+    (the ``exclude=True`` ones, connections, the API's, ingestion's, are not) but
+    ``HOW_NOT_WHAT``. A published version's manifest holds them, so a reader can tell how its
+    lists were ranked; a hand-kept list of them had left out the ranking and its weights."""
+    return settings.model_dump(mode="json", exclude=set(HOW_NOT_WHAT))
+
+
 def normalize_url(url: str) -> str:
     """PostgreSQL URLs use the psycopg (3) driver, the one in requirements.txt whose pipeline
     mode ``recs.ingest`` relies on: ``postgresql://``, ``postgres://`` and

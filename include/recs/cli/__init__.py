@@ -43,8 +43,12 @@ exception's type does not reach ``main``)."""
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    """Raise ``Terminated`` at the first SIGTERM only: a second one (a supervisor repeating its
+    stop, a second ``kill``) arrives while the first's clean-up runs and would cut it short;
+    it is recorded and ignored. SIGKILL still ends the process at once."""
     _signalled.append(signum)
-    raise Terminated
+    if len(_signalled) == 1:
+        raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,9 +46,10 @@ def run(
         bool,
         typer.Option(
             "--rebuild-snapshot",
-            help="A past date with no retained snapshot: rebuild it from the live store as of "
-            "the date's cut-off (keeps rows created by then; cannot restore what was removed or "
-            "changed since).",
+            help="Make the date's snapshot again from the live store as of its cut-off, "
+            "replacing a retained one: a past date with none retained, or a damaged one with no "
+            "run store to download it from (keeps rows created by then; cannot restore what was "
+            "removed or changed since).",
         ),
     ] = False,
     as_json: JsonOpt = False,

@@ -8,14 +8,20 @@ or no lists in those shards) is an answer too: ``None`` and the reason, which th
 as a skipped check rather than passing it silently -- except when a run store records that
 ``CURRENT`` names another version than this machine's ``published/`` does (or it has none):
 that is a worker which does not see the served ``published/``, and the gate errors instead.
+``change`` is the change checks' figure against it; ``change_text`` what a failed one's error
+line says, with the next step.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from recs.config import Settings
 from recs.errors import RunNotFoundError, ValidationEngineError
+from recs.nightly.runs import RunPaths
 from recs.nightly.served import refuse_unseen
 from recs.published import check_version, current_version, shard_file
 from recs.sharding import shard_expr
@@ -81,3 +87,64 @@ def _resharded_counts(
         .collect()
     )
     return int(counts["users"][0]), int(counts["rows"][0])
+
+
+def change(tonight: int, before: int) -> float:
+    """The change checks' figure: ``tonight / before - 1`` (-0.25 is a 25 % drop)."""
+    return tonight / before - 1.0
+
+
+def change_text(
+    paths: RunPaths, summary: dict[str, Any], replaced: ReplacedVersion, settings: Settings
+) -> str:
+    """What a failed change check saw, for the gate's error line (a newcomer had to open
+    ``results.json`` to learn the drop was -40.6 % against -25 %): ``; users with lists
+    25,395 against 42,759 in night_1 (-40.6 %), ...; allowed -25 % to +300 % (this run's
+    gate_max_drop / gate_max_growth, frozen with its snapshot)``, then the next step
+    (``_change_remedy``). ``summary``: the run's ``users`` and ``rows``."""
+    figures = []
+    for label, tonight, before in (
+        ("users with lists", summary["users"], replaced.users),
+        ("rows", summary["rows"], replaced.rows),
+    ):
+        shown = f"{change(tonight, before) * 100:+.1f} %" if before else "n/a"
+        figures.append(f"{label} {tonight:,} against {before:,} in {replaced.run_id} "
+                       f"({shown})")  # fmt: skip
+    return (
+        f"; {', '.join(figures)}; allowed {-settings.gate_max_drop * 100:+.0f} % to "
+        f"{settings.gate_max_growth * 100:+.0f} % (this run's gate_max_drop / gate_max_growth, "
+        f"frozen with its snapshot){_change_remedy(paths, summary, replaced, settings)}"
+    )
+
+
+def _change_remedy(
+    paths: RunPaths, summary: dict[str, Any], replaced: ReplacedVersion, settings: Settings
+) -> str:
+    """The next step after a failed change check (a newcomer's run had none): a real change
+    passes with the run made again under bounds that allow it, the smallest whole percent
+    beyond the change seen (``; if the change is real, run it again with bounds that allow it:
+    `RECS_GATE_MAX_DROP=0.61 recs run --snapshot-date ... --run-id ...` ...``); lost rows are
+    restored in the store, then the date's snapshot is made again. Empty if no change is out
+    of bounds."""
+    changes = [
+        change(tonight, before)
+        for tonight, before in ((summary["users"], replaced.users),
+                                (summary["rows"], replaced.rows))
+        if before
+    ]  # fmt: skip
+    allow = []
+    drop = max([-c for c in changes if c < -settings.gate_max_drop], default=None)
+    if drop is not None:
+        allow.append(f"RECS_GATE_MAX_DROP={math.floor(drop * 100 + 1) / 100:.2f}")
+    growth = max([c for c in changes if c > settings.gate_max_growth], default=None)
+    if growth is not None:
+        allow.append(f"RECS_GATE_MAX_GROWTH={math.floor(growth * 100 + 1) / 100:.2f}")
+    if not allow:
+        return ""
+    return (
+        f"; if the change is real, run it again with bounds that allow it: `{' '.join(allow)} "
+        f"recs run --snapshot-date {paths.snapshot_date.isoformat()} --run-id {paths.run_id}` "
+        "(the bounds are frozen when the run is made; it reuses the date's retained snapshot, "
+        "which holds the graph as it was frozen); if the live store lost rows by mistake, "
+        "restore them, then add --rebuild-snapshot"
+    )

@@ -35,7 +35,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from recs.config import Settings, get_settings
+from recs.config import HOW_NOT_WHAT, Settings, get_settings
 from recs.errors import RecsError, ValidationEngineError
 from recs.files import read_json, write_json
 from recs.nightly import point_in_time, shard_plan
@@ -56,15 +56,6 @@ def run_settings(paths: RunPaths) -> Settings:
     nothing held). Raises ``RunNotFoundError``."""
     manifest = read_json(paths.snapshot_manifest)
     return Settings.model_validate({**manifest["settings"], "home": str(paths.home)})
-
-
-HOW_NOT_WHAT = frozenset({
-    "home", "datasets_dir", "duckdb_memory_limit", "graph_partitions_per_task",
-    "gate_shards_per_task", "shard_users_target", "shard_count_min", "shard_count_max",
-    "snapshot_max_lag_hours",
-})  # fmt: skip
-"""Frozen settings that say where a run lives, how its tasks are cut or what the freeze may
-read, not what the stages after it compute or gate: never named by ``settings_not_taken``."""
 
 
 def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dict[str, tuple]:

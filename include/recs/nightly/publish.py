@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recs.config import Settings
+from recs.config import Settings, what_a_run_computes
 from recs.errors import (
     CarryOverError,
     NothingToValidateError,
@@ -72,23 +72,6 @@ from recs.published import (
 )
 
 EXPORT_FILES = ("popularity_index.parquet", "candidate_profiles.parquet")
-
-# The settings a reader of a version may need to interpret it (the full set is frozen in the
-# run's snapshot manifest).
-MANIFEST_SETTINGS = (
-    "shard_count",
-    "top_k",
-    "hop1_cap",
-    "hop2_cap",
-    "min_mutual_count",
-    "max_candidates_to_score",
-    "followed_by_count",
-    "mutual_weight",
-    "mutual_saturation",
-    "activity_weight",
-    "half_life_days",
-    "sample_seed",
-)
 
 # The error a publish refuses with, by the outcome the gate saved (its own exit code each).
 REFUSALS: dict[str, type[RecsError]] = {
@@ -467,7 +450,7 @@ def _stage_version(
         "carried_over": failed,
         "shards": shards,
         "exports": exports,
-        "settings": {name: getattr(settings, name) for name in MANIFEST_SETTINGS},
+        "settings": what_a_run_computes(settings),
         "validation": {
             "success": True,
             "evaluated": summary.get("evaluated"),

@@ -113,7 +113,6 @@ def freeze_snapshot(
             else:
                 kind = "retained"
                 log.info("reusing the retained snapshot %s", frozen)
-            retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
             # linked into the run under the date's lock, shared: gc cannot take the folder away
             # part-way (it leaves a date whose lock is held); one it removed before is made again
             with retained.reading(frozen) as whole:
@@ -139,6 +138,9 @@ def freeze_snapshot(
                 f"({REUSE_ATTEMPTS} times): is a `recs gc` with a short snapshot_retention_days "
                 "running in a loop? Rerun once it has stopped"
             )
+        # after the footers were checked: a damaged copy here must not become every worker's
+        # (a review: a reused one was pushed first); one gc removed since is not pushed
+        retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
         run_settings = settings.model_copy(update={"shard_count": plan.shard_count})
         manifest = {
             "snapshot_date": paths.snapshot_date.isoformat(),

@@ -47,7 +47,7 @@ from recs.errors import (
     ValidationFailedError,
 )
 from recs.files import sha256_file, write_json
-from recs.nightly.baseline import ReplacedVersion, replaced_version
+from recs.nightly.baseline import ReplacedVersion, change, change_text, replaced_version
 from recs.nightly.checkpoints import GateBatch, quiet_gx, run_checkpoints
 from recs.nightly.gate_inputs import as_int, missing_upstream, read_manifest, warn_unplanned
 from recs.nightly.runs import RunPaths, shard_rerun_command
@@ -375,31 +375,12 @@ class _Report:
         return [{"name": name, "reason": self.not_compared} for name in CHANGE_CHECKS]
 
 
-def change(tonight: int, before: int) -> float:
-    """The change checks' figure: ``tonight / before - 1`` (-0.25 is a 25 % drop)."""
-    return tonight / before - 1.0
-
-
 def _change_text(report: _Report, settings: Settings, failed: list[str]) -> str:
-    """What a failed change check saw, for the error line (a newcomer had to open
-    ``results.json`` to learn the drop was -40.6 % against -25 %): ``; users with lists
-    25,395 against 42,759 in night_1 (-40.6 %), ...; allowed -25 % to +300 % (this run's
-    gate_max_drop / gate_max_growth, frozen with its snapshot)``; empty if none failed."""
+    """``baseline.change_text`` when a change check failed against a replaced version, else
+    empty."""
     if report.replaced is None or not set(CHANGE_CHECKS) & set(failed):
         return ""
-    figures = []
-    for label, tonight, before in (
-        ("users with lists", report.summary["users"], report.replaced.users),
-        ("rows", report.summary["rows"], report.replaced.rows),
-    ):
-        shown = f"{change(tonight, before) * 100:+.1f} %" if before else "n/a"
-        figures.append(f"{label} {tonight:,} against {before:,} in {report.replaced.run_id} "
-                       f"({shown})")  # fmt: skip
-    return (
-        f"; {', '.join(figures)}; allowed {-settings.gate_max_drop * 100:+.0f} % to "
-        f"{settings.gate_max_growth * 100:+.0f} % (this run's gate_max_drop / gate_max_growth, "
-        "frozen with its snapshot)"
-    )
+    return change_text(report.paths, report.summary, report.replaced, settings)
 
 
 def run_figures(

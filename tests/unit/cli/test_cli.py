@@ -370,6 +370,33 @@ def test_sigterm_stops_a_command_with_its_clean_up(tmp_path):
     assert not (scratch / made[0]).exists()
 
 
+def test_a_second_sigterm_does_not_cut_the_clean_up_short(monkeypatch):
+    """(From a review.) A second SIGTERM while the first's clean-up runs (the ``finally`` of the
+    command) raised again inside it and left the rest undone; it is now recorded and ignored.
+    Real signals to this process, through the handler ``entry`` installs."""
+    import os
+    import signal
+    import time
+
+    from recs import cli
+
+    monkeypatch.setattr(cli, "_signalled", [])
+    previous = signal.signal(signal.SIGTERM, cli._raise_terminated)
+    cleaned = []
+    try:
+        with pytest.raises(cli.Terminated):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)  # the handler raises before this returns
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # during the clean-up
+                cleaned.append("after the second signal")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cleaned == ["after the second signal"]
+    assert cli._signalled == [signal.SIGTERM, signal.SIGTERM]
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [

@@ -130,7 +130,11 @@ def test_a_drop_against_the_replaced_version_fails(tmp_path):
     assert (  # the figures in the error line (a newcomer had to open results.json for them)
         "; users with lists 2 against 5 in night_1 (-60.0 %), rows 5 against 9 in night_1 "
         "(-44.4 %); allowed -25 % to +300 % (this run's gate_max_drop / gate_max_growth, "
-        "frozen with its snapshot) (details: "
+        "frozen with its snapshot); if the change is real, run it again with bounds that allow "
+        "it: `RECS_GATE_MAX_DROP=0.61 recs run --snapshot-date 2026-11-01 --run-id night_2` "
+        "(the bounds are frozen when the run is made; it reuses the date's retained snapshot, "
+        "which holds the graph as it was frozen); if the live store lost rows by mistake, "
+        "restore them, then add --rebuild-snapshot (details: "
     ) in str(raised.value)
     summary, results = saved(paths)
     assert set(summary["failed"]) == {"users_change_within_bounds", "rows_change_within_bounds"}
@@ -140,6 +144,9 @@ def test_a_drop_against_the_replaced_version_fails(tmp_path):
     assert run_checks["users_change_within_bounds"]["result"]["partial_unexpected_list"] == [
         pytest.approx(2 / 5 - 1)
     ]
+    # the bound it names lets the same run pass (-60 % is the largest drop seen)
+    allowed = settings.model_copy(update={"gate_max_drop": 0.61})
+    assert validate_run(paths, allowed)["compared_with"] == "night_1"
 
 
 def test_the_same_volume_passes_and_names_the_version_compared_with(tmp_path):
@@ -157,8 +164,10 @@ def test_growth_beyond_the_bound_fails(tmp_path):
     home = tmp_path / "home"
     published_good_run(home, rows={1: GOOD_ROWS[1]})
     paths, settings = write_good_run(home, run_id="night_2")
-    with pytest.raises(ValidationFailedError, match="users_change_within_bounds"):
+    with pytest.raises(ValidationFailedError, match="users_change_within_bounds") as raised:
         validate_run(paths, settings)
+    # +800 % rows is the largest growth: the smallest whole percent beyond it
+    assert "bounds that allow it: `RECS_GATE_MAX_GROWTH=8.01 recs run " in str(raised.value)
     assert set(saved(paths)[0]["failed"]) == {
         "users_change_within_bounds",
         "rows_change_within_bounds",

@@ -67,6 +67,15 @@ def test_publish_writes_a_complete_version_and_points_current(tmp_path):
     assert (manifest["shard_count"], manifest["rows"], manifest["users"]) == (4, 9, 5)
     assert [s["rows"] for s in manifest["shards"]] == [2, 1, 3, 3]
     assert manifest["settings"]["top_k"] == 3
+    # how the lists were ranked, not only their caps (a hand-kept list had left these out)
+    assert {name: manifest["settings"][name] for name in ("ranking", "popularity_weight",
+            "hop1_order", "hop2_order", "hub_damping", "fill_short_lists")} == {
+        "ranking": settings.ranking, "popularity_weight": settings.popularity_weight,
+        "hop1_order": settings.hop1_order, "hop2_order": settings.hop2_order,
+        "hub_damping": settings.hub_damping, "fill_short_lists": settings.fill_short_lists,
+    }  # fmt: skip
+    # where the run lives and how its tasks are cut are not what it computed
+    assert not {"home", "datasets_dir", "graph_partitions_per_task"} & set(manifest["settings"])
     linked = published / "night_1" / "shard_id=002" / "recommendations.parquet"
     assert linked.stat().st_ino == paths.shard_output(2).stat().st_ino
     # only the lock file and CURRENT besides the version: no staging left behind

@@ -577,14 +577,14 @@ def test_gc_cannot_remove_a_snapshot_a_run_is_linking_and_one_it_removed_is_made
     assert {k: v for k, v in snapshot_bytes(second).items() if k != "manifest.json"} == tables
     monkeypatch.setattr(snapshot, "link_or_copy", link)
 
-    push = retained.to_run_store
+    hold = retained.reading
 
-    def removed_before_the_run_holds_it(*args, **kwargs):
-        push(*args, **kwargs)
+    def removed_before_the_run_holds_it(folder):
         if len(outcomes) == 1:
             outcomes.append(snapshot_removal.remove(home, SNAPSHOT_DATE, unchanged_since=later))
+        return hold(folder)
 
-    monkeypatch.setattr(retained, "to_run_store", removed_before_the_run_holds_it)
+    monkeypatch.setattr(retained, "reading", removed_before_the_run_holds_it)
     third = RunPaths.create(home, SNAPSHOT_DATE, "third")
     assert freeze_snapshot(third, sqlite_settings)["source"] == "live_store"
     assert outcomes == [snapshot_removal.BUSY, snapshot_removal.REMOVED]
@@ -760,6 +760,29 @@ def test_a_damaged_retained_snapshot_is_refused_naming_the_file_and_the_rebuild(
     third = RunPaths.create(settings.home, SNAPSHOT_DATE, "third")
     assert freeze_snapshot(third, settings)["source"] == "retained"
     assert read_edges(third).height == len(FOLLOWS) + len(PENDING)
+
+
+def test_a_damaged_retained_snapshot_does_not_reach_the_run_store(
+    sqlite_settings, tmp_path, monkeypatch
+):
+    """(From a review.) A run store that lacks the date is given this machine's retained
+    snapshot when a run reuses it. A damaged one was pushed before its files were checked, so
+    every worker would have downloaded it; now the freeze refuses it and pushes nothing. Once
+    rebuilt, the good copy is pushed."""
+    from recs.nightly.artifacts import RunStore
+
+    settings = sqlite_settings
+    freeze_snapshot(RunPaths.create(settings.home, SNAPSHOT_DATE, "first"), settings)
+    target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
+    os.truncate(target / "users.parquet", (target / "users.parquet").stat().st_size // 2)
+    store = RunStore((tmp_path / "run-store").as_uri())
+    monkeypatch.setattr(retained, "run_store", lambda: store)
+    second = RunPaths.create(settings.home, SNAPSHOT_DATE, "second")
+    with pytest.raises(CorruptFileError, match="users.parquet is damaged"):
+        freeze_snapshot(second, settings)
+    assert store.folders("snapshots") == []
+    freeze_snapshot(second, settings, rebuild=True)
+    assert store.folders("snapshots") == [SNAPSHOT_DATE]
 
 
 IN_DEGREES = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (6, 1)]
