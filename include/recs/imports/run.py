@@ -59,6 +59,7 @@ _REFUSED_COLUMN_REASONS = (
     "unknown_status",
     "bad_boolean",
     "malformed_line",
+    "active_before_created",
 )
 
 
@@ -298,6 +299,8 @@ def _advice(
                 f"the ids are text written as decimals: store {', '.join(decimal)} as integers "
                 "(cast them in --query for SQL)"
             )
+    if reason == "active_before_created":
+        return "are --created-at-col and --last-active-at-col the other way round?"
     return "check the --<column>-col options, --time-format and --header/--no-header"
 
 

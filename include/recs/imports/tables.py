@@ -37,6 +37,8 @@ REJECT_REASONS: dict[str, str] = {
     "unknown_status": "a status outside the table's accepted values",
     "bad_boolean": "a flag that is not true/false, t/f, yes/no, y/n or 1/0",
     "bad_tag": "an interest tag longer than 64 characters (or bytes that are not UTF-8 text)",
+    "active_before_created": "an account whose last_active_at is before its created_at (both "
+    "mapped): one of them is wrong",
     "duplicate": "the key of an earlier row of the same input (the first row is kept)",
     "already_in_store": "the key of a row the live store already holds (appending without "
     "--replace; users: unless --update-existing)",
@@ -74,8 +76,9 @@ class ImportTable:
     ``key``: the columns that identify a row (a second row with the same key is a
     ``duplicate``). ``pair``: the first two columns are two accounts that must differ
     (``self_loop``). ``actor``: the id column whose account acted (the follower, the blocker);
-    an account created for it gets ``last_active_at`` from its latest row. ``grain`` starts
-    "One row per ...".
+    an account created for it gets ``last_active_at`` from its latest row. ``time_order``:
+    ``(earlier, later)``, two time columns a row must not invert when both are mapped
+    (``active_before_created``). ``grain`` starts "One row per ...".
     """
 
     command: str
@@ -85,6 +88,7 @@ class ImportTable:
     key: tuple[str, ...]
     pair: bool = False
     actor: str | None = None
+    time_order: tuple[str, str] | None = None
 
     @property
     def id_columns(self) -> tuple[str, ...]:
@@ -186,6 +190,7 @@ IMPORT_TABLES: dict[str, ImportTable] = {
                 ),
             ),
             key=("user_id",),
+            time_order=("created_at", "last_active_at"),
         ),
         _pair(
             "blocks",

@@ -458,6 +458,17 @@ def validate(
                     pl.when(loops).then(pl.lit("self_loop")).otherwise(pl.lit(None, pl.String))
                 ).to_series(),
             )
+    if table.time_order is not None and all(mapping.get(name) for name in table.time_order):
+        earlier, later = (parsed[name] for name in table.time_order)
+        inverted = (later < earlier).fill_null(False)  # a NULL (never active) is no inversion
+        note(
+            table.time_order[1],
+            pl.select(
+                pl.when(inverted)
+                .then(pl.lit("active_before_created"))
+                .otherwise(pl.lit(None, pl.String))
+            ).to_series(),
+        )
     ok = reason.is_null()
     accepted = (
         pl.DataFrame({"line_number": batch.line_numbers, **parsed}).filter(ok)
@@ -521,6 +532,11 @@ def _rejects(batch, table, mapping, options, bad, reason, failed, parsed) -> pl.
     for i, (why, name) in enumerate(zip(reasons, columns, strict=True)):
         if why == "self_loop":
             details.append(f"{left} = {right} = {loop_ids[i]}")
+            continue
+        if why == "active_before_created":
+            first, second = table.time_order
+            details.append(f"{second} {str(raw[second][i])!r} is before {first} "
+                           f"{str(raw[first][i])!r}")  # fmt: skip
             continue
         column = table.column(name)
         kind = batch.frame.get_column(mapping[name]).dtype if why == "inexact_float_id" else None

@@ -288,6 +288,12 @@ def _user_fields(record: dict[str, Any]) -> dict[str, Any]:
                     f"printable strings: {shown_value(value)}"
                 )
             fields[name] = tuple(sorted(set(value)))
+    created, active = fields.get("created_at"), fields.get("last_active_at")
+    if created is not None and active is not None and active < created:
+        raise Rejected(  # as an import refuses such a row (active_before_created)
+            f"bad_field: last_active_at {shown_value(record['last_active_at'])} is before "
+            f"created_at {shown_value(record['created_at'])}"
+        )
     return fields
 
 

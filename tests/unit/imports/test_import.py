@@ -240,6 +240,25 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
         name="users.csv",
     )
     assert users["rejected_by_reason"] == {"bad_boolean": 1}
+    # a NULL last activity (never active) and an equal time are not inverted
+    inverted = run_import(
+        settings,
+        tmp_path,
+        "users",
+        "user_id,created_at,last_active_at\n"
+        "30,2026-05-02,2026-05-01T23:59:59\n31,2026-05-01,2026-05-01\n32,2026-05-02,\n",
+        name="inverted.csv",
+    )
+    assert (inverted["loaded"], inverted["rejected_by_reason"]) == (2, {"active_before_created": 1})
+    assert pl.read_csv(inverted["rejects_file"]).select("detail", "line").rows() == [(
+        "last_active_at '2026-05-01T23:59:59' is before created_at '2026-05-02'",
+        "30,2026-05-02,2026-05-01T23:59:59",
+    )]  # fmt: skip
+    swapped = "user_id,created_at,last_active_at\n33,2026-05-02,2026-05-01\n"
+    with pytest.raises(ImportInputError, match=r"1 as active_before_created, e\.g\. line 2: "
+                       r"last_active_at '2026-05-01' is before created_at '2026-05-02' \(are "
+                       r"--created-at-col and --last-active-at-col the other way round\?\)"):
+        run_import(settings, tmp_path, "users", swapped, name="swapped.csv")  # fmt: skip
     tags = run_import(
         settings, tmp_path, "interests", f"user_id,tag\n1,{'x' * 65}\n1,ok\n", name="tags.csv"
     )
@@ -268,7 +287,7 @@ def test_every_rejection_reason_is_counted_and_written_with_its_line(store_url, 
         ),
     ]
     seen = set(summary["rejected_by_reason"]) | {"already_in_store", "bad_boolean", "bad_tag"}
-    seen |= set(typed["rejected_by_reason"])
+    seen |= set(typed["rejected_by_reason"]) | set(inverted["rejected_by_reason"])
     from recs.imports.tables import REJECT_REASONS
 
     assert seen == set(REJECT_REASONS)

@@ -457,6 +457,24 @@ def test_bad_user_fields_are_quarantined(live):
     assert result["quarantine_reasons"] == {"bad_field": 3}
 
 
+def test_a_user_upsert_active_before_its_creation_is_quarantined(live):
+    """As an import refuses such a row (``active_before_created``): last activity a minute
+    before creation is quarantined naming both times; the same time, or no activity, is
+    applied."""
+    result = live.ingest(
+        [
+            event("inverted", "user_upsert", 1, 7, created_at=when(5), last_active_at=when(4)),
+            event("same", "user_upsert", 1, 8, created_at=when(5), last_active_at=when(5)),
+            event("never", "user_upsert", 1, 9, created_at=when(5), last_active_at=None),
+        ]
+    )
+    assert result["quarantine_reasons"] == {"bad_field": 1}
+    assert live.query("SELECT reason FROM quarantined_events") == [(
+        f"bad_field: last_active_at '{when(4)}' is before created_at '{when(5)}'",
+    )]  # fmt: skip
+    assert live.query("SELECT user_id FROM users WHERE user_id >= 7 ORDER BY 1") == [(8,), (9,)]
+
+
 def test_parquet_input_gives_the_same_store_as_json_lines(live, tmp_path):
     """The events of the first test, as a Parquet file: same edges and counts."""
     import polars as pl
