@@ -2,7 +2,10 @@
     Cold-start popularity index (design document, "Cold-Start Fallback Ranking"): for each
     interest tag, the var popularity_per_tag most-followed recommendable accounts that carry the
     tag, plus the tag '_global' ranking all recommendable accounts. Ties on in_degree go to the
-    smaller candidate_id, so the ranking is deterministic.
+    smaller candidate_id, so the ranking is deterministic. An account nobody follows (in_degree
+    0) is not popular: it is in no list (accounts an interests import alone had made were
+    offered to new users as filler). The read API falls back to the live store's accounts past
+    the index's end.
 -#}
 with
 
@@ -24,7 +27,7 @@ recommendable as (
         candidate_id,
         in_degree
     from candidates
-    where is_recommendable
+    where is_recommendable and in_degree > 0
 
 ),
 
