@@ -316,6 +316,68 @@ def test_docs_generate_on_a_built_run(built_run):
     assert set(columns) == {"user_id", "in_degree", "hub_threshold"}
 
 
+@pytest.mark.slow
+def test_dbt_docs_serve_ends_with_one_line_and_its_exit_code(built_run):
+    """(From a review.) dbt logs whatever ends ``dbt docs serve`` with a traceback, Ctrl-C and
+    SIGTERM included, and returns it: ``recs dbt-docs --serve`` on a port in use printed a
+    traceback and exited 0, and SIGTERM printed one. Now a port in use is one line, exit 2;
+    SIGTERM once the docs are served is ``recs: terminated``, exit 143; neither prints a
+    traceback. Real processes, real sockets."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from recs.files import write_json
+
+    paths, _ = built_run
+    write_json(paths.snapshot_manifest, {"settings": settings_for(paths.home).model_dump(
+        mode="json")})  # fmt: skip
+    env = {**os.environ, "RECS_HOME": str(paths.home)}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        command = [sys.executable, "-m", "recs.cli", "dbt-docs", "--snapshot-date",
+                   SNAPSHOT_DATE, "--run-id", "test", "--serve", "--port", str(port)]  # fmt: skip
+        taken = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert taken.returncode == 2, taken.stderr
+    assert taken.stderr.strip().splitlines()[-1] == (
+        f"recs: error: cannot serve the docs on port {port}: Address already in use (choose "
+        "another with --port)"
+    )
+    assert "Traceback" not in taken.stdout + taken.stderr
+
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command[-1] = str(port)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    assert page.status == 200
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the docs were never served"
+                time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "recs: terminated"
+    assert "Traceback" not in out + err
+
+
 def test_unit_tests_pass_on_a_built_run(built_run):
     """The nightly build leaves the unit tests out (``NIGHTLY_BUILD_FLAGS``); here, in CI, dbt
     runs every one of them (8: two intermediate, six marts) on the fixture's build."""

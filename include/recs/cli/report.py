@@ -24,6 +24,7 @@ from recs.cli.app import (
     err,
     print_mapping,
 )
+from recs.errors import RecsError
 
 
 @app.command("report")
@@ -148,4 +149,25 @@ def dbt_docs(
 
         err.print(f"serving them on http://localhost:{port}/ (Ctrl-C stops)")
         args = dbt_args("docs serve", paths, run_settings(paths), target=DOCS_TARGET)
-        dbtRunner().invoke([*args, "--port", str(port), "--no-browser"])
+        # dbt logs any exception that ends it with its traceback, Ctrl-C and SIGTERM too, and
+        # returns it: silenced, then raised as ours (a port in use exited 0 after a traceback)
+        outcome = dbtRunner().invoke(
+            [*args, "--port", str(port), "--no-browser", "--log-level", "none"]
+        )
+        _raise_serve_error(outcome.exception, port)
+
+
+def _raise_serve_error(error: BaseException | None, port: int) -> None:
+    """Re-raise what ended ``dbt docs serve``: an interrupt as it came (``recs: aborted`` or
+    ``terminated``); a socket error as one line naming the port (``RecsError``, exit 2);
+    anything else as ``RecsError`` too. Nothing when it ended without one."""
+    if error is None:
+        return
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if isinstance(error, OSError):
+        raise RecsError(
+            f"cannot serve the docs on port {port}: {error.strerror or error} (choose another "
+            "with --port)"
+        ) from None
+    raise RecsError(f"dbt docs serve failed: {' '.join(str(error).split())}") from None
