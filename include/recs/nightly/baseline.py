@@ -134,8 +134,8 @@ def _change_remedy(
     ]  # fmt: skip
     allow = []
     drop = max([-c for c in changes if c < -settings.gate_max_drop], default=None)
-    if drop is not None:
-        allow.append(f"RECS_GATE_MAX_DROP={math.floor(drop * 100 + 1) / 100:.2f}")
+    if drop is not None:  # at most the setting's own bound: a drop of 100 % is 1.00
+        allow.append(f"RECS_GATE_MAX_DROP={min(math.floor(drop * 100 + 1) / 100, 1.0):.2f}")
     growth = max([c for c in changes if c > settings.gate_max_growth], default=None)
     if growth is not None:
         allow.append(f"RECS_GATE_MAX_GROWTH={math.floor(growth * 100 + 1) / 100:.2f}")

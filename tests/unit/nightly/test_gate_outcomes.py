@@ -324,3 +324,21 @@ def test_a_run_that_errs_after_a_pass_is_not_left_looking_validated(tmp_path, mo
     with pytest.raises(ValidationEngineError):
         validate_run(paths, settings)
     assert saved(paths)[0]["success"] is False
+
+
+def test_the_bound_a_failed_change_names_is_one_the_setting_takes():
+    """1,000 users and rows before, none tonight (-100 %): the next whole percent, 1.01, is
+    one RECS_GATE_MAX_DROP refuses (at most 1.0): the line names 1.00, which it takes."""
+    import datetime as dt
+    from pathlib import Path
+
+    from recs.config import Settings
+    from recs.nightly.baseline import ReplacedVersion, change_text
+    from recs.nightly.runs import RunPaths
+
+    paths = RunPaths(Path("/tmp/home"), dt.date(2026, 11, 1), "night_2")
+    text = change_text(
+        paths, {"users": 0, "rows": 0}, ReplacedVersion("night_1", 1000, 1000), Settings()
+    )
+    assert "`RECS_GATE_MAX_DROP=1.00 recs run --snapshot-date 2026-11-01 --run-id night_2`" in text
+    assert Settings(gate_max_drop=1.00).gate_max_drop == 1.0
