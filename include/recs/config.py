@@ -558,14 +558,22 @@ HOW_NOT_WHAT = frozenset({
 read, not what the stages after it compute or gate: never named by
 ``pipeline.settings_not_taken``, left out of a published version's manifest."""
 
+READ_PATH_ONLY = frozenset({
+    "fill_short_lists", "cold_start_account_age_hours", "cold_start_min_following",
+})  # fmt: skip
+"""Frozen settings only the read API uses, with its own process's values (``recs serve``):
+no nightly stage takes them, so neither does ``settings_not_taken`` name them, nor does a
+published manifest record them as what its lists were computed with (a review)."""
+
 
 def what_a_run_computes(settings: Settings) -> dict[str, Any]:
     """The settings a run's stages after the freeze compute and gate with, as JSON values
     (``{"ranking": "adamic_adar", "top_k": 20, ...}``): every field a snapshot manifest freezes
     (the ``exclude=True`` ones, connections, the API's, ingestion's, are not) but
-    ``HOW_NOT_WHAT``. A published version's manifest holds them, so a reader can tell how its
-    lists were ranked; a hand-kept list of them had left out the ranking and its weights."""
-    return settings.model_dump(mode="json", exclude=set(HOW_NOT_WHAT))
+    ``HOW_NOT_WHAT`` and ``READ_PATH_ONLY``. A published version's manifest holds them, so a
+    reader can tell how its lists were ranked; a hand-kept list of them had left out the
+    ranking and its weights."""
+    return settings.model_dump(mode="json", exclude=set(HOW_NOT_WHAT | READ_PATH_ONLY))
 
 
 def normalize_url(url: str) -> str:

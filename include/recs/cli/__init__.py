@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import time
 
 import typer
 from pydantic import ValidationError
@@ -37,17 +38,26 @@ class Terminated(KeyboardInterrupt):
     throwaway folder removed), and it exits ``TERMINATED``."""
 
 
-_signalled: list[int] = []
-"""The SIGTERMs this process received (Typer turns the interrupt into a returned 130, so the
-exception's type does not reach ``main``)."""
+_signalled: list[float | None] = []
+"""Each SIGTERM this process received: when it raised (``time.monotonic``), None if ignored
+(Typer turns the interrupt into a returned 130, so the exception's type does not reach
+``main``)."""
+
+TERM_GRACE_SECONDS = 30.0
+"""How long after a SIGTERM a further one is ignored: the first one's clean-up runs meanwhile
+(Kubernetes' default termination grace period; a supervisor kills with SIGKILL after it)."""
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    """Raise ``Terminated`` at the first SIGTERM only: a second one (a supervisor repeating its
-    stop, a second ``kill``) arrives while the first's clean-up runs and would cut it short;
-    it is recorded and ignored. SIGKILL still ends the process at once."""
-    _signalled.append(signum)
-    if len(_signalled) == 1:
+    """Raise ``Terminated``, except within ``TERM_GRACE_SECONDS`` of the last one raised: a
+    second SIGTERM (a supervisor repeating its stop, a second ``kill``) arrives while the
+    first's clean-up runs and would cut it short, so it is recorded and ignored. After the
+    grace one raises again, in case the first was swallowed (an exception in a ``__del__`` is
+    only printed: a review). SIGKILL still ends the process at once."""
+    now = time.monotonic()
+    raised = [at for at in _signalled if at is not None]
+    _signalled.append(None if raised and now - raised[-1] < TERM_GRACE_SECONDS else now)
+    if _signalled[-1] is not None:
         raise Terminated
 
 

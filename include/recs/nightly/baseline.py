@@ -95,13 +95,20 @@ def change(tonight: int, before: int) -> float:
 
 
 def change_text(
-    paths: RunPaths, summary: dict[str, Any], replaced: ReplacedVersion, settings: Settings
+    paths: RunPaths,
+    summary: dict[str, Any],
+    replaced: ReplacedVersion,
+    settings: Settings,
+    *,
+    others_failed: bool = False,
 ) -> str:
     """What a failed change check saw, for the gate's error line (a newcomer had to open
     ``results.json`` to learn the drop was -40.6 % against -25 %): ``; users with lists
     25,395 against 42,759 in night_1 (-40.6 %), ...; allowed -25 % to +300 % (this run's
     gate_max_drop / gate_max_growth, frozen with its snapshot)``, then the next step
-    (``_change_remedy``). ``summary``: the run's ``users`` and ``rows``."""
+    (``_change_remedy``) unless ``others_failed`` (checks beside the change checks failed: a
+    new bound alone would not pass, a review ran it). ``summary``: the run's ``users`` and
+    ``rows``."""
     figures = []
     for label, tonight, before in (
         ("users with lists", summary["users"], replaced.users),
@@ -113,7 +120,8 @@ def change_text(
     return (
         f"; {', '.join(figures)}; allowed {-settings.gate_max_drop * 100:+.0f} % to "
         f"{settings.gate_max_growth * 100:+.0f} % (this run's gate_max_drop / gate_max_growth, "
-        f"frozen with its snapshot){_change_remedy(paths, summary, replaced, settings)}"
+        "frozen with its snapshot)"
+        f"{'' if others_failed else _change_remedy(paths, summary, replaced, settings)}"
     )
 
 

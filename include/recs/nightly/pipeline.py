@@ -35,7 +35,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from recs.config import HOW_NOT_WHAT, Settings, get_settings
+from recs.config import HOW_NOT_WHAT, READ_PATH_ONLY, Settings, get_settings
 from recs.errors import RecsError, ValidationEngineError
 from recs.files import read_json, write_json
 from recs.nightly import point_in_time, shard_plan
@@ -62,16 +62,16 @@ def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dic
     """The settings set in this environment (``RECS_*``, ``settings.model_fields_set``) that a
     stage of the run does not take: ``{field: (value set, value frozen at the snapshot)}`` for
     each that differs, as validated (``0.5`` and ``.5`` are one value), from the run's frozen
-    one (``run_settings``); connections, paths and ``HOW_NOT_WHAT`` are never listed. A
-    newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs validate` and saw the run pass at
-    0.858 without a word. Raises ``RunNotFoundError``."""
+    one (``run_settings``); connections, paths, ``HOW_NOT_WHAT`` and ``READ_PATH_ONLY`` are
+    never listed. A newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs validate` and saw
+    the run pass at 0.858 without a word. Raises ``RunNotFoundError``."""
     settings = settings or get_settings()
     frozen = read_json(paths.snapshot_manifest).get("settings") or {}
     taken = run_settings(paths).model_dump(mode="json")
     given = settings.model_dump(mode="json")
     return {
         name: (given[name], taken[name])
-        for name in sorted(settings.model_fields_set - HOW_NOT_WHAT)
+        for name in sorted(settings.model_fields_set - HOW_NOT_WHAT - READ_PATH_ONLY)
         if name in frozen and given.get(name) != taken.get(name)
     }
 

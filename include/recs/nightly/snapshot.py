@@ -110,6 +110,9 @@ def freeze_snapshot(
                 standby = retained.freeze(
                     paths, settings, rebuild=rebuild, max_map_length=max_map_length
                 )
+                # at once: if this run fails after, the next one must not take the store's
+                # older copy back over a rebuild (a review)
+                retained.to_run_store(paths.home, paths.snapshot_date, replace=True)
             else:
                 kind = "retained"
                 log.info("reusing the retained snapshot %s", frozen)
@@ -138,9 +141,9 @@ def freeze_snapshot(
                 f"({REUSE_ATTEMPTS} times): is a `recs gc` with a short snapshot_retention_days "
                 "running in a loop? Rerun once it has stopped"
             )
-        # after the footers were checked: a damaged copy here must not become every worker's
-        # (a review: a reused one was pushed first); one gc removed since is not pushed
-        retained.to_run_store(paths.home, paths.snapshot_date, replace=kind != "retained")
+        if kind == "retained":  # after its footers were checked: a damaged copy here must
+            # not become every worker's (a review); one gc removed since is not pushed
+            retained.to_run_store(paths.home, paths.snapshot_date, replace=False)
         run_settings = settings.model_copy(update={"shard_count": plan.shard_count})
         manifest = {
             "snapshot_date": paths.snapshot_date.isoformat(),

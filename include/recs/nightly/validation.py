@@ -380,7 +380,8 @@ def _change_text(report: _Report, settings: Settings, failed: list[str]) -> str:
     empty."""
     if report.replaced is None or not set(CHANGE_CHECKS) & set(failed):
         return ""
-    return change_text(report.paths, report.summary, report.replaced, settings)
+    return change_text(report.paths, report.summary, report.replaced, settings,
+                       others_failed=not set(failed) <= set(CHANGE_CHECKS))  # fmt: skip
 
 
 def run_figures(

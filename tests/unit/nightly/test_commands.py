@@ -1165,6 +1165,7 @@ def test_a_setting_the_run_does_not_take_is_named(recs, tmp_path, monkeypatch):
     monkeypatch.setenv("RECS_DATASETS_DIR", str(tmp_path / "elsewhere"))  # where, not what:
     monkeypatch.setenv("RECS_DUCKDB_MEMORY_LIMIT", "3GB")  # never named (a second review's)
     monkeypatch.setenv("RECS_GATE_MAX_DROP", f"{settings.gate_max_drop:.3f}0")  # same value
+    monkeypatch.setenv("RECS_FILL_SHORT_LISTS", str(not settings.fill_short_lists))  # the API's
     code, _, err = recs("validate", "--snapshot-date", day)
     assert code == 0 and not any("warning: not taken" in line for line in err), err
     monkeypatch.setenv("RECS_GATE_MIN_LIST_SHARE", "0.99")

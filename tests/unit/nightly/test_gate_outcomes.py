@@ -147,6 +147,13 @@ def test_a_drop_against_the_replaced_version_fails(tmp_path):
     # the bound it names lets the same run pass (-60 % is the largest drop seen)
     allowed = settings.model_copy(update={"gate_max_drop": 0.61})
     assert validate_run(paths, allowed)["compared_with"] == "night_1"
+    # with another check failing too (2 of 8 eligible users have lists), no bound alone would
+    # pass: no command is offered (a review ran it and failed again)
+    stricter = settings.model_copy(update={"gate_min_list_share": 0.5})
+    with pytest.raises(ValidationFailedError, match="list_share_at_least_min") as raised:
+        validate_run(paths, stricter)
+    assert "users with lists 2 against 5 in night_1" in str(raised.value)
+    assert "if the change is real" not in str(raised.value)
 
 
 def test_the_same_volume_passes_and_names_the_version_compared_with(tmp_path):

@@ -69,13 +69,15 @@ def test_publish_writes_a_complete_version_and_points_current(tmp_path):
     assert manifest["settings"]["top_k"] == 3
     # how the lists were ranked, not only their caps (a hand-kept list had left these out)
     assert {name: manifest["settings"][name] for name in ("ranking", "popularity_weight",
-            "hop1_order", "hop2_order", "hub_damping", "fill_short_lists")} == {
+            "hop1_order", "hop2_order", "hub_damping", "popularity_per_tag")} == {
         "ranking": settings.ranking, "popularity_weight": settings.popularity_weight,
         "hop1_order": settings.hop1_order, "hop2_order": settings.hop2_order,
-        "hub_damping": settings.hub_damping, "fill_short_lists": settings.fill_short_lists,
+        "hub_damping": settings.hub_damping, "popularity_per_tag": settings.popularity_per_tag,
     }  # fmt: skip
-    # where the run lives and how its tasks are cut are not what it computed
-    assert not {"home", "datasets_dir", "graph_partitions_per_task"} & set(manifest["settings"])
+    # where the run lives, how its tasks are cut and what only the read API uses (with its own
+    # values) are not what the run computed
+    assert not {"home", "datasets_dir", "graph_partitions_per_task", "fill_short_lists",
+                "cold_start_min_following"} & set(manifest["settings"])  # fmt: skip
     linked = published / "night_1" / "shard_id=002" / "recommendations.parquet"
     assert linked.stat().st_ino == paths.shard_output(2).stat().st_ino
     # only the lock file and CURRENT besides the version: no staging left behind

@@ -785,6 +785,35 @@ def test_a_damaged_retained_snapshot_does_not_reach_the_run_store(
     assert store.folders("snapshots") == [SNAPSHOT_DATE]
 
 
+def test_a_rebuild_that_fails_after_its_freeze_is_still_the_run_stores(
+    sqlite_settings, tmp_path, monkeypatch
+):
+    """(From a review.) A rebuild whose run then fails (a full disk while linking it into the
+    run) had not been pushed yet, so the next plain run downloaded the run store's older copy
+    over it. The rebuilt copy is pushed as soon as it is frozen: the next run keeps it."""
+    from recs.nightly import snapshot
+    from recs.nightly.artifacts import RunStore
+
+    settings = sqlite_settings
+    store = RunStore((tmp_path / "run-store").as_uri())
+    monkeypatch.setattr(retained, "run_store", lambda: store)
+    freeze_snapshot(RunPaths.create(settings.home, SNAPSHOT_DATE, "first"), settings)
+    second = RunPaths.create(settings.home, SNAPSHOT_DATE, "second")
+    materialize = snapshot._materialize
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(snapshot, "_materialize", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        freeze_snapshot(second, settings, rebuild=True)
+    monkeypatch.setattr(snapshot, "_materialize", materialize)
+    assert freeze_snapshot(second, settings)["source"] == "retained"
+    target = retained.folder(settings.home, dt.date.fromisoformat(SNAPSHOT_DATE))
+    assert retained.manifest(target)["frozen_by_run_id"] == "second"
+    assert retained.manifest(target)["rebuilt"] is True
+
+
 IN_DEGREES = [(1, 2), (2, 1), (3, 2), (4, 1), (5, 1), (6, 1)]
 """The hand-built store's in-degrees: 1 is followed by 3 and 6, 2 by 1, 3 by 1 and 2, 4 by 2
 (1's request to 4 is pending: no follower), 5 by 4, 6 by 5; 8 active follows in all."""
