@@ -217,7 +217,8 @@ _EXTRA: dict[str, list[tuple[str, Any, Any]]] = {
                 _option(
                     "--update-existing",
                     help="Update accounts the store already holds (e.g. created with defaults "
-                    "by an edges import) instead of rejecting them.",
+                    "by an edges import) instead of rejecting them: the columns the file maps; "
+                    "the others keep their stored values.",
                 ),
             ],
             False,

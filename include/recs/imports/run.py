@@ -380,6 +380,7 @@ def _write(
         frames,
         fresh=fresh,
         update_existing=options.update_existing,
+        updated_columns=tuple(name for name, source in mapping.items() if source is not None),
         reverse=reverse,
         progress=progress,
     )

@@ -198,16 +198,20 @@ class StoreWriter:
         *,
         fresh: bool,
         update_existing: bool = False,
+        updated_columns: tuple[str, ...] = (),
         reverse: Callable[[], Iterator[pl.DataFrame]] | None = None,
         progress: Progress | None = None,
     ) -> Loaded:
         """Write the distinct rows of ``spec`` (frames of ``line_number`` plus the table's
         columns, sorted by key) into its table: ``fresh`` straight in (module docstring), else
-        merged. ``reverse``: the same rows by reverse key (PostgreSQL ``follow_edges``)."""
+        merged; with ``update_existing``, a row the table holds gets the ``updated_columns``
+        (the ones the input maps) and keeps its other columns (none: it is rejected as
+        without). ``reverse``: the same rows by reverse key (PostgreSQL ``follow_edges``)."""
         columns = [column.name for column in spec.columns]
         if fresh:
             return Loaded(inserted=self._load_fresh(spec, columns, frames, reverse, progress))
-        return self._merge(spec, columns, frames, update_existing, progress)
+        updated = [c for c in updated_columns if c not in spec.key] if update_existing else []
+        return self._merge(spec, columns, frames, updated, progress)
 
     def _load_fresh(self, spec, columns, frames, reverse, progress) -> int:
         drop, create = secondary_index_ddl(self.backend, [spec.table])
@@ -229,7 +233,7 @@ class StoreWriter:
     def _temp(self, name: str) -> str:
         return f"{self.temp_schema}.{name}"
 
-    def _merge(self, spec, columns, frames, update_existing, progress) -> Loaded:
+    def _merge(self, spec, columns, frames, updated_columns, progress) -> Loaded:
         temp = self._temp(_TEMP)
         self.execute(f"DROP TABLE IF EXISTS {temp}")
         staged = self._ingest(
@@ -247,9 +251,9 @@ class StoreWriter:
         matches = " AND ".join(f"t.{k} = r.{k}" for k in spec.key)
         exists = f"EXISTS (SELECT 1 FROM {spec.table} AS t WHERE {matches})"
         names = ", ".join(columns)
-        if update_existing:
+        if updated_columns:  # the columns the input maps: the others keep the stored values
             updated = int(self.scalar(f"SELECT count(*) FROM {temp} AS r WHERE {exists}"))
-            sets = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in spec.key)
+            sets = ", ".join(f"{c} = excluded.{c}" for c in updated_columns)
             self.execute(
                 f"INSERT INTO {spec.table} ({names}) SELECT {names} FROM {temp} WHERE true "
                 f"ON CONFLICT ({', '.join(spec.key)}) DO UPDATE SET {sets}"

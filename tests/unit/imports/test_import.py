@@ -381,6 +381,18 @@ def test_users_created_with_defaults_are_updated_only_when_asked(store_url, tmp_
         True,
         False,
     )
+    # (From a newcomer's run.) A file that maps fewer columns updates those only: account 1
+    # stays suspended with its activity; every unmapped column was reset to its default
+    private = "user_id,is_private,created_at\n1,true,2026-09-01\n"
+    again = run_import(settings, tmp_path, "users", private, name="p.csv", update_existing=True)
+    assert (again["updated"], again["loaded"]) == (1, 0)
+    assert table(settings, "users")[0] == (1, T(2026, 9, 1), T(2026, 10, 1), "suspended",
+                                           True, True)  # fmt: skip
+    # a file mapping no column but the key has nothing to update: its rows are in the store
+    ids_only = run_import(settings, tmp_path, "users", "user_id\n1\n", name="i.csv",
+                          update_existing=True)  # fmt: skip
+    assert (ids_only["updated"], ids_only["rejected_by_reason"]) == (0, {"already_in_store": 1})
+    assert table(settings, "users")[0][5] is True
 
 
 def test_a_failure_part_way_leaves_the_store_as_it_was(store_url, tmp_path, monkeypatch):
