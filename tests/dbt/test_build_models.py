@@ -350,11 +350,13 @@ def test_dbt_docs_serve_ends_with_one_line_and_its_exit_code(built_run):
         "another with --port)"
     )
     assert "Traceback" not in taken.stdout + taken.stderr
+    assert "generating dbt docs" not in taken.stderr  # found before ~10 s of generating
 
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command[-1] = str(port)
+    command.append("--json")  # one document on stdout: dbt's banner goes to stderr
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -376,6 +378,8 @@ def test_dbt_docs_serve_ends_with_one_line_and_its_exit_code(built_run):
     assert process.returncode == 143, err
     assert err.strip().splitlines()[-1] == "recs: terminated"
     assert "Traceback" not in out + err
+    assert json.loads(out)["static_index"].endswith("static_index.html")
+    assert f"Serving docs at {port}" in err
 
 
 def test_unit_tests_pass_on_a_built_run(built_run):

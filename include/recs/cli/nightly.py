@@ -47,9 +47,9 @@ def run(
         typer.Option(
             "--rebuild-snapshot",
             help="Make the date's snapshot again from the live store as of its cut-off, "
-            "replacing a retained one: a past date with none retained, or a damaged one with no "
-            "run store to download it from (keeps rows created by then; cannot restore what was "
-            "removed or changed since).",
+            "replacing any retained one. For a past date with no retained snapshot, a damaged "
+            "one no run store holds, or a store whose lost rows were restored. Keeps the rows "
+            "created by the cut-off; cannot restore what was removed or changed since.",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -178,8 +178,8 @@ def validate(
 
 @app.command("publish")
 def publish(snapshot_date: SnapshotDate, run_id: RunIdOpt = None, as_json: JsonOpt = False) -> None:
-    """Publish a validated run (the DAG's publish_run), e.g. after a fix: failed shards are
-    carried over from the version CURRENT names."""
+    """Publish a validated run (the DAG's publish_run): failed shards are carried over from
+    the version CURRENT names."""
     from recs.nightly import pipeline
     from recs.nightly.artifacts import find_run
     from recs.nightly.switch import interrupted_switch

@@ -9,6 +9,9 @@ own ``--vars``) and, with ``--serve``, serves them (``dbt docs serve`` on that f
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import sys
 from typing import Annotated
 
 import typer
@@ -138,6 +141,8 @@ def dbt_docs(
     from recs.nightly import pipeline
 
     paths = chosen_run(snapshot_date, run_id)
+    if serve:  # before generating (~10 s): a port in use was found only after
+        _refuse_port_in_use(port)
     err.print(f"generating dbt docs for run {paths.run_id} ({paths.snapshot_date}) ...")
     result = pipeline.dbt_docs(paths)
     emit(result, as_json, lambda doc: print_mapping(f"dbt docs of {paths.run_id}", doc))
@@ -150,11 +155,23 @@ def dbt_docs(
         err.print(f"serving them on http://localhost:{port}/ (Ctrl-C stops)")
         args = dbt_args("docs serve", paths, run_settings(paths), target=DOCS_TARGET)
         # dbt logs any exception that ends it with its traceback, Ctrl-C and SIGTERM too, and
-        # returns it: silenced, then raised as ours (a port in use exited 0 after a traceback)
-        outcome = dbtRunner().invoke(
-            [*args, "--port", str(port), "--no-browser", "--log-level", "none"]
-        )
+        # returns it: silenced, then raised as ours (a port in use exited 0 after a traceback);
+        # its banner goes to stderr, so --json leaves one document on stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            outcome = dbtRunner().invoke(
+                [*args, "--port", str(port), "--no-browser", "--log-level", "none"]
+            )
         _raise_serve_error(outcome.exception, port)
+
+
+def _refuse_port_in_use(port: int) -> None:
+    """``_raise_serve_error``'s line if ``port`` cannot be bound on 127.0.0.1 now, as
+    ``dbt docs serve`` binds it (without ``SO_REUSEADDR``)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            _raise_serve_error(error, port)
 
 
 def _raise_serve_error(error: BaseException | None, port: int) -> None:
