@@ -11,6 +11,7 @@ rerun). The gate's outcomes exit with their own codes (``recs.errors``).
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -82,6 +83,9 @@ def run(
             table.add_row(name, f"{stage['seconds']:.2f}", f"{share:.0%}")
         table.add_row("total", f"{doc['seconds']:.2f}", "100%")
         out.print(table)
+        rebuilt = _rebuilt_note(doc["stages"]["freeze_snapshot"]["result"])
+        if rebuilt:
+            out.print(rebuilt, highlight=False, soft_wrap=True)
         out.print(_run_outcome(doc), highlight=False, soft_wrap=True)
 
     emit(result, as_json, render)
@@ -97,6 +101,21 @@ def _compared_with(compared: str | None, run_id: str, nothing: str = "nothing (s
     if compared == run_id:
         return f"{compared} (its own earlier publication, which this one replaced)"
     return compared
+
+
+def _rebuilt_note(frozen: dict) -> str | None:
+    """For a run that rebuilt its snapshot (``--rebuild-snapshot``), one line saying so and what
+    the cut-off left out (from the snapshot manifest); a newcomer's rebuild said nothing."""
+    if frozen.get("source") != "rebuilt":
+        return None
+    from recs.files import read_json
+
+    left_out = read_json(Path(frozen["manifest"])).get("excluded_after_cut_off") or {}
+    rows = ", ".join(f"{table} {count:,}" for table, count in left_out.items() if count)
+    return (
+        "the snapshot was rebuilt from the live store as of its cut-off, replacing the date's "
+        f"retained one; left out as created after it: {rows or 'nothing'}"
+    )
 
 
 def _run_outcome(doc: dict) -> str:

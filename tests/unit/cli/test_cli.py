@@ -698,3 +698,27 @@ def test_check_port_probes_ipv6_as_uvicorn_binds_it():
         check_port("::", port, workers=1)
         with pytest.raises(ConfigurationError, match=rf"cannot serve on \[::\]:{port}: "):
             check_port("::", port, workers=2)
+
+
+def test_a_run_that_rebuilt_its_snapshot_says_so(tmp_path):
+    """(From a newcomer's run.) ``recs run --rebuild-snapshot`` printed nothing about the
+    rebuild: one line now says it replaced the date's retained snapshot and what the cut-off
+    left out (the snapshot manifest's counts; tables with none are not named). A reused or
+    fresh snapshot gets no line."""
+    import json
+
+    from recs.cli.nightly import _rebuilt_note
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"excluded_after_cut_off": {"follow_edges": 1200,
+                                                               "blocks": 0, "users": 1}}))
+    assert _rebuilt_note({"source": "rebuilt", "manifest": str(manifest)}) == (
+        "the snapshot was rebuilt from the live store as of its cut-off, replacing the date's "
+        "retained one; left out as created after it: follow_edges 1,200, users 1"
+    )
+    manifest.write_text(json.dumps({"excluded_after_cut_off": {}}))
+    assert _rebuilt_note({"source": "rebuilt", "manifest": str(manifest)}).endswith(
+        "left out as created after it: nothing"
+    )
+    for source in ("retained", "live_store"):
+        assert _rebuilt_note({"source": source, "manifest": str(manifest)}) is None
