@@ -10,6 +10,7 @@ own ``--vars``) and, with ``--serve``, serves them (``dbt docs serve`` on that f
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 from typing import Annotated
@@ -133,7 +134,9 @@ def dbt_docs(
     snapshot_date: NewestDateOpt = None,
     run_id: RunIdOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Serve them (dbt docs serve).")] = False,
-    port: Annotated[int, typer.Option("--port", help="Port for --serve.")] = 8081,
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, help="Port for --serve.")
+    ] = 8081,
     as_json: JsonOpt = False,
 ) -> None:
     """Generate dbt's docs (lineage from the snapshot sources to the exposures) for a built
@@ -165,11 +168,12 @@ def dbt_docs(
 
 
 def _refuse_port_in_use(port: int) -> None:
-    """``_raise_serve_error``'s line if ``port`` cannot be bound on 127.0.0.1 now, as
-    ``dbt docs serve`` binds it (without ``SO_REUSEADDR``)."""
-    with socket.socket() as probe:
+    """``_raise_serve_error``'s line if ``port`` cannot be bound now where ``dbt docs serve``
+    binds it (``DBT_HOST``, default 127.0.0.1; without ``SO_REUSEADDR``, as it does)."""
+    host = os.environ.get("DBT_HOST") or "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # socketserver.TCPServer's
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((host, port))
         except OSError as error:
             _raise_serve_error(error, port)
 

@@ -205,8 +205,9 @@ class StoreWriter:
         """Write the distinct rows of ``spec`` (frames of ``line_number`` plus the table's
         columns, sorted by key) into its table: ``fresh`` straight in (module docstring), else
         merged; with ``update_existing``, a row the table holds gets the ``updated_columns``
-        (the ones the input maps) and keeps its other columns (none: it is rejected as
-        without). ``reverse``: the same rows by reverse key (PostgreSQL ``follow_edges``)."""
+        (the ones the input maps) and keeps its other columns (if only the key is mapped, it
+        is rejected as ``already_in_store``, as without). ``reverse``: the same rows by
+        reverse key (PostgreSQL ``follow_edges``)."""
         columns = [column.name for column in spec.columns]
         if fresh:
             return Loaded(inserted=self._load_fresh(spec, columns, frames, reverse, progress))

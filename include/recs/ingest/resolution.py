@@ -35,7 +35,6 @@ from recs.ingest.quarantine import batch_sha256, write_quarantine
 from recs.ingest.readers import row_text
 from recs.ingest.session import USER_COLUMNS, StoreSession
 from recs.store.relationships import PAIR_TABLES, RELATIONS, supersedes
-from recs.times import epoch_micros, from_epoch_micros
 
 _APPLIED, _SUPERSEDED, _QUARANTINED = "applied", "superseded", None
 
@@ -272,13 +271,10 @@ class Batch:
             versions[pair] = stamp
             self.dirty["follow"].add(pair)
 
-    def _upsert_user(self, event: Event) -> str | None:
+    def _upsert_user(self, event: Event) -> str:
         time_us, event_id, _, user_id, _, fields = event[:6]
         stamp = (time_us, event_id)
         row = self.users.get(user_id)
-        inverted = self._inverted_times(row, time_us, stamp, user_id, fields or {})
-        if inverted:
-            return self._reject(event, inverted)
         created = row is None
         if created:
             # created_at defaults to the event's time; the other columns to the store defaults.
@@ -302,33 +298,6 @@ class Batch:
         self.dirty_users.add(user_id)
         self.effects["users_created" if created else "users_updated"] += 1
         return _APPLIED
-
-    def _inverted_times(
-        self, row: list[Any] | None, time_us: int, stamp: tuple, user_id: int, fields: dict
-    ) -> str | None:
-        """The quarantine reason if applying ``fields`` would leave the account active before
-        it was created (as an import refuses: ``active_before_created``), the stored value of
-        the field the event does not set (or win) taken with the event's: ``validate_event``
-        sees one event only, and a newcomer's upserts of one of the two inverted three
-        accounts. A new account is created at the event's time unless it says otherwise."""
-        taken = {
-            name: fields[name]
-            for name in ("created_at", "last_active_at")
-            if name in fields and supersedes(stamp, self.field_versions.get((user_id, name)))
-        }
-        if not taken:
-            return None
-        if row is None:
-            created, active = taken.get("created_at", time_us), taken.get("last_active_at")
-        else:
-            created = taken.get("created_at", _micros(row[USER_COLUMNS["created_at"]]))
-            active = taken.get("last_active_at", _micros(row[USER_COLUMNS["last_active_at"]]))
-        if created is None or active is None or active >= created:
-            return None
-        return (
-            f"bad_field: last_active_at {from_epoch_micros(active).isoformat()}Z would be before "
-            f"the account's created_at {from_epoch_micros(created).isoformat()}Z"
-        )
 
     # --- writing back ---
 
@@ -542,11 +511,3 @@ def apply_events(
 # --- counts and mutual follows --------------------------------------------------------------------
 
 
-def _micros(value: Any) -> int | None:
-    """A stored ``users`` time (PostgreSQL ``datetime``, SQLite ISO text, naive UTC) as epoch
-    microseconds; None for NULL."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    return epoch_micros(value)

@@ -722,3 +722,29 @@ def test_a_run_that_rebuilt_its_snapshot_says_so(tmp_path):
     )
     for source in ("retained", "live_store"):
         assert _rebuilt_note({"source": source, "manifest": str(manifest)}) is None
+
+
+def test_dbt_docs_serve_checks_its_port_where_dbt_binds_it(monkeypatch, capsys):
+    """(From a review.) The port is checked before the docs are generated, on ``DBT_HOST`` as
+    ``dbt docs serve`` binds (127.0.0.1 without it): a port held on 127.0.0.2 passed the check
+    on 127.0.0.1 and failed after ~13 s of generating. A port out of range is one line, exit 2
+    (it was an ``OverflowError`` traceback)."""
+    import socket
+
+    from recs import cli
+    from recs.cli.report import _refuse_port_in_use
+    from recs.errors import RecsError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.2", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.delenv("DBT_HOST", raising=False)
+        _refuse_port_in_use(port)  # free on 127.0.0.1
+        monkeypatch.setenv("DBT_HOST", "127.0.0.2")
+        with pytest.raises(RecsError, match=f"cannot serve the docs on port {port}: Address "):
+            _refuse_port_in_use(port)
+    assert cli.main(["dbt-docs", "--serve", "--port", "70000"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "recs: error: Invalid value for '--port': Input should be less than or equal to 65535"
+    ]

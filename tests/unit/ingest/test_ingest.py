@@ -475,39 +475,6 @@ def test_a_user_upsert_active_before_its_creation_is_quarantined(live):
     assert live.query("SELECT user_id FROM users WHERE user_id >= 7 ORDER BY 1") == [(8,), (9,)]
 
 
-def test_an_upsert_that_would_leave_an_account_active_before_its_creation_is_quarantined(live):
-    """(From a newcomer's run.) An upsert of one of the two times is checked against the
-    stored other: user 1 (created at minute 0) given activity at minute -10; user 2 given
-    activity at minute 1 (applied), then a creation at minute 5; new user 40 given only
-    activity at minute 4 by an event of minute 5 (it would be created at minute 5). Each was
-    applied, leaving the account inverted. New user 41, active at minute 6, is applied."""
-    result = live.ingest(
-        [
-            event("u1", "user_upsert", 2, 1, last_active_at=when(-10)),
-            event("u2a", "user_upsert", 3, 2, last_active_at=when(1)),
-            event("u2b", "user_upsert", 4, 2, created_at=when(5)),
-            event("u40", "user_upsert", 5, 40, last_active_at=when(4)),
-            event("u41", "user_upsert", 5, 41, last_active_at=when(6)),
-        ]
-    )
-    assert counted(result) == (5, 2, 0, 0, 3)
-
-    def at(minute):
-        return f"{(T0 + dt.timedelta(minutes=minute)).isoformat()}Z"
-
-    assert live.query("SELECT event_id, reason FROM quarantined_events ORDER BY event_id") == [
-        ("u1", f"bad_field: last_active_at {at(-10)} would be before the account's created_at "
-               f"{at(0)}"),
-        ("u2b", f"bad_field: last_active_at {at(1)} would be before the account's created_at "
-                f"{at(5)}"),
-        ("u40", f"bad_field: last_active_at {at(4)} would be before the account's created_at "
-                f"{at(5)}"),
-    ]  # fmt: skip
-    assert live.query("SELECT user_id FROM users WHERE user_id >= 40") == [(41,)]
-    [(last_active,)] = live.query("SELECT last_active_at FROM users WHERE user_id = 1")
-    assert last_active is None
-
-
 def test_parquet_input_gives_the_same_store_as_json_lines(live, tmp_path):
     """The events of the first test, as a Parquet file: same edges and counts."""
     import polars as pl
