@@ -565,6 +565,10 @@ READ_PATH_ONLY = frozenset({
 no nightly stage takes them, so neither does ``settings_not_taken`` name them, nor does a
 published manifest record them as what its lists were computed with (a review)."""
 
+NOT_COMPUTED = HOW_NOT_WHAT | READ_PATH_ONLY
+"""The frozen settings no stage after the freeze computes or gates with: one set for
+``what_a_run_computes`` and ``pipeline.settings_not_taken``."""
+
 
 def what_a_run_computes(settings: Settings) -> dict[str, Any]:
     """The settings a run's stages after the freeze compute and gate with, as JSON values
@@ -573,7 +577,7 @@ def what_a_run_computes(settings: Settings) -> dict[str, Any]:
     ``HOW_NOT_WHAT`` and ``READ_PATH_ONLY``. A published version's manifest holds them, so a
     reader can tell how its lists were ranked; a hand-kept list of them had left out the
     ranking and its weights."""
-    return settings.model_dump(mode="json", exclude=set(HOW_NOT_WHAT | READ_PATH_ONLY))
+    return settings.model_dump(mode="json", exclude=set(NOT_COMPUTED))
 
 
 def normalize_url(url: str) -> str:

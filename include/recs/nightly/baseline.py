@@ -109,37 +109,31 @@ def change_text(
     (``_change_remedy``) unless ``others_failed`` (checks beside the change checks failed: a
     new bound alone would not pass, a review ran it). ``summary``: the run's ``users`` and
     ``rows``."""
-    figures = []
+    figures, changes = [], []
     for label, tonight, before in (
         ("users with lists", summary["users"], replaced.users),
         ("rows", summary["rows"], replaced.rows),
     ):
-        shown = f"{change(tonight, before) * 100:+.1f} %" if before else "n/a"
+        if before:
+            changes.append(change(tonight, before))
+        shown = f"{changes[-1] * 100:+.1f} %" if before else "n/a"
         figures.append(f"{label} {tonight:,} against {before:,} in {replaced.run_id} "
                        f"({shown})")  # fmt: skip
     return (
         f"; {', '.join(figures)}; allowed {-settings.gate_max_drop * 100:+.0f} % to "
         f"{settings.gate_max_growth * 100:+.0f} % (this run's gate_max_drop / gate_max_growth, "
         "frozen with its snapshot)"
-        f"{'' if others_failed else _change_remedy(paths, summary, replaced, settings)}"
+        f"{'' if others_failed else _change_remedy(paths, changes, settings)}"
     )
 
 
-def _change_remedy(
-    paths: RunPaths, summary: dict[str, Any], replaced: ReplacedVersion, settings: Settings
-) -> str:
+def _change_remedy(paths: RunPaths, changes: list[float], settings: Settings) -> str:
     """The next step after a failed change check (a newcomer's run had none): a real change
     passes with the run made again under bounds that allow it, the smallest whole percent
     beyond the change seen (``; if the change is real, run it again with bounds that allow it:
     `RECS_GATE_MAX_DROP=0.61 recs run --snapshot-date ... --run-id ...` ...``); lost rows are
-    restored in the store, then the date's snapshot is made again. Empty if no change is out
-    of bounds."""
-    changes = [
-        change(tonight, before)
-        for tonight, before in ((summary["users"], replaced.users),
-                                (summary["rows"], replaced.rows))
-        if before
-    ]  # fmt: skip
+    restored in the store, then the date's snapshot is made again. ``changes``: the figures
+    ``change_text`` computed. Empty if no change is out of bounds."""
     allow = []
     drop = max([-c for c in changes if c < -settings.gate_max_drop], default=None)
     if drop is not None:  # at most the setting's own bound: a drop of 100 % is 1.00

@@ -35,7 +35,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from recs.config import HOW_NOT_WHAT, READ_PATH_ONLY, Settings, get_settings
+from recs.config import NOT_COMPUTED, Settings, get_settings
 from recs.errors import RecsError, ValidationEngineError
 from recs.files import read_json, write_json
 from recs.nightly import point_in_time, shard_plan
@@ -62,8 +62,8 @@ def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dic
     """The settings set in this environment (``RECS_*``, ``settings.model_fields_set``) that a
     stage of the run does not take: ``{field: (value set, value frozen at the snapshot)}`` for
     each that differs, as validated (``0.5`` and ``.5`` are one value), from the run's frozen
-    one (``run_settings``); connections, paths, ``HOW_NOT_WHAT`` and ``READ_PATH_ONLY`` are
-    never listed. A newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs validate` and saw
+    one (``run_settings``); connections, paths and ``config.NOT_COMPUTED`` are never
+    listed. A newcomer set ``RECS_GATE_MIN_LIST_SHARE=0.99`` for `recs validate` and saw
     the run pass at 0.858 without a word. Raises ``RunNotFoundError``."""
     settings = settings or get_settings()
     frozen = read_json(paths.snapshot_manifest).get("settings") or {}
@@ -71,7 +71,7 @@ def settings_not_taken(paths: RunPaths, settings: Settings | None = None) -> dic
     given = settings.model_dump(mode="json")
     return {
         name: (given[name], taken[name])
-        for name in sorted(settings.model_fields_set - HOW_NOT_WHAT - READ_PATH_ONLY)
+        for name in sorted(settings.model_fields_set - NOT_COMPUTED)
         if name in frozen and given.get(name) != taken.get(name)
     }
 
